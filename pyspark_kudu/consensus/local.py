@@ -5,7 +5,7 @@ to the node's storage, deliver messages to the other nodes in order, apply commi
 It is the friendly counterpart of :mod:`pyspark_kudu.consensus.sim`, which is adversarial
 (drops, reorders, partitions, crashes) and checks safety invariants.
 
-Storage is anything with ``MemoryStorage``'s write methods; the default makes a
+Storage is any ``WritableStorage`` (empty; the group bootstraps it); the default makes a
 ``MemoryStorage`` per node.
 
 Thread-safety: not thread-safe.
@@ -16,33 +16,16 @@ from __future__ import annotations
 import random
 from collections import deque
 from collections.abc import Callable
-from typing import Protocol
 
 from pyspark_kudu.consensus.messages import (
-    ConfState,
-    Entry,
     EntryType,
-    HardState,
     Message,
-    Snapshot,
 )
 from pyspark_kudu.consensus.raft import Config, RaftNode, Role
-from pyspark_kudu.consensus.storage import MemoryStorage, Storage
+from pyspark_kudu.consensus.storage import MemoryStorage, WritableStorage, bootstrap
 from pyspark_kudu.errors import IllegalStateError
 
-__all__ = ["LocalGroup", "WritableStorage"]
-
-
-class WritableStorage(Storage, Protocol):
-    """A ``Storage`` plus the writes an application performs (``MemoryStorage``, ``WalStorage``)."""
-
-    def set_hard_state(self, hs: HardState) -> None: ...
-
-    def set_conf_state(self, cs: ConfState) -> None: ...
-
-    def append(self, entries: list[Entry] | tuple[Entry, ...]) -> None: ...
-
-    def apply_snapshot(self, snap: Snapshot) -> None: ...
+__all__ = ["LocalGroup"]
 
 
 class LocalGroup:
@@ -52,14 +35,15 @@ class LocalGroup:
         self,
         ids: list[str],
         seed: int = 0,
-        storage_factory: Callable[[str, ConfState], WritableStorage] | None = None,
+        storage_factory: Callable[[str], WritableStorage] | None = None,
         **config: object,
     ) -> None:
         self._rng = random.Random(seed)
-        self._factory = storage_factory or (lambda _id, cs: MemoryStorage(cs))
+        self._factory = storage_factory or (lambda _id: MemoryStorage())
         self._config = config
-        conf = ConfState.of(ids)
-        self.storages: dict[str, WritableStorage] = {i: self._factory(i, conf) for i in ids}
+        self.storages: dict[str, WritableStorage] = {i: self._factory(i) for i in ids}
+        for st in self.storages.values():
+            bootstrap(st, ids)
         self.nodes: dict[str, RaftNode] = {}
         self.applied: dict[str, list[bytes]] = {i: [] for i in ids}
         self.down: set[str] = set()

@@ -22,10 +22,20 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from pyspark_kudu.consensus.messages import ConfState, Entry, HardState, Snapshot, SnapshotMetadata
+from pyspark_kudu.consensus.messages import (
+    ConfChange,
+    ConfChangeType,
+    ConfState,
+    Entry,
+    EntryType,
+    HardState,
+    Snapshot,
+    SnapshotMetadata,
+    encode_conf_change,
+)
 from pyspark_kudu.errors import CompactedError, InvalidArgumentError, UnavailableError
 
-__all__ = ["MemoryStorage", "Storage", "limit_size"]
+__all__ = ["MemoryStorage", "Storage", "WritableStorage", "bootstrap", "limit_size"]
 
 
 @runtime_checkable
@@ -55,6 +65,46 @@ class Storage(Protocol):
         ...
 
 
+class WritableStorage(Storage, Protocol):
+    """A ``Storage`` plus the writes an application performs (``MemoryStorage``, ``WalStorage``)."""
+
+    def set_hard_state(self, hs: HardState) -> None: ...
+
+    def set_conf_state(self, cs: ConfState) -> None: ...
+
+    def append(self, entries: list[Entry] | tuple[Entry, ...]) -> None: ...
+
+    def apply_snapshot(self, snap: Snapshot) -> None: ...
+
+
+def bootstrap(storage: WritableStorage, voters: list[str] | tuple[str, ...]) -> None:
+    """Found a new group: write its initial configuration into the log itself.
+
+    Entries ``1..n`` (term 1) are one ``ADD_VOTER`` per founding member, committed. The
+    configuration must live in the log, not only in the founders' storage: a replica that
+    joins later starts with an *empty* configuration and learns the group from the entries (or
+    from a snapshot) the leader sends it. Were the founders' config missing from the log, a
+    joiner replaying ``ADD_LEARNER me``, ``ADD_VOTER me`` would believe it is the only voter
+    and could elect itself (the same reason etcd's ``RawNode.Bootstrap`` writes entries).
+    Founders call this on empty storage; joiners start from ``MemoryStorage()``.
+    """
+    if not voters:
+        raise InvalidArgumentError("a Raft group needs at least one voter")
+    if len(set(voters)) != len(voters):
+        raise InvalidArgumentError(f"duplicate voters in {list(voters)}")
+    if storage.last_index() != 0 or not storage.initial_state()[0].is_empty():
+        raise InvalidArgumentError("bootstrap needs empty storage (this one has a log or state)")
+    ents = [
+        Entry(1, i + 1, EntryType.CONF_CHANGE,
+              encode_conf_change(ConfChange(ConfChangeType.ADD_VOTER, v)))
+        for i, v in enumerate(sorted(voters))
+    ]
+    storage.append(ents)
+    storage.set_hard_state(HardState(term=1, commit=len(ents)))
+    # The founders start with the configuration in force (re-applying the entries is a no-op).
+    storage.set_conf_state(ConfState(frozenset(voters)))
+
+
 def limit_size(entries: list[Entry], max_size: int | None) -> list[Entry]:
     """Prefix of ``entries`` whose total size fits ``max_size``; never empty if input is not."""
     if max_size is None or not entries:
@@ -75,6 +125,13 @@ class MemoryStorage:
     ``_ents[0]`` is a dummy entry carrying the snapshot's index and term, so
     ``term(first_index() - 1)`` needs no special case.
     """
+
+    @classmethod
+    def bootstrapped(cls, voters: list[str] | tuple[str, ...]) -> MemoryStorage:
+        """Storage of a founding member of a new group (see :func:`bootstrap`)."""
+        st = cls()
+        bootstrap(st, voters)
+        return st
 
     def __init__(self, conf_state: ConfState | None = None) -> None:
         self._hard_state = HardState()
