@@ -118,7 +118,11 @@ class RaftNode:
             self._tick_election()
 
     def campaign(self) -> None:
-        """Start an election now (a pre-vote first, if enabled)."""
+        """Start an election now (a pre-vote first, if enabled).
+
+        Ignored (as in etcd) while committed configuration changes are not yet applied: the
+        configuration may change under the election. Drain ``ready()``/``advance()`` first.
+        """
         self.step(Message(_MT.HUP, frm=self.id))
 
     def propose(self, data: bytes) -> None:
