@@ -1,0 +1,76 @@
+"""RDDs whose partitions are pinned to chosen hosts, for normal and barrier stages.
+
+Spark has no public Python API for per-partition preferred locations, but the JVM has
+``SparkContext.makeRDD(Seq[(T, Seq[String])])``: one partition per element, each with its
+own location list. We build that RDD over pickled payloads through py4j and wrap it as a
+Python RDD whose only element per partition is the payload (DESIGN §4: 30/30 trials placed
+every task exactly, also in barrier mode).
+
+A location string is a host (``127.0.0.3``) or an executor (``executor_<host>_<execId>``).
+A preference is only a preference: a task aimed at a host with no executor runs elsewhere
+after ``spark.locality.wait``. Hence every pinned task checks the tablet server's instance
+file before touching data (see :mod:`pyspark_kudu.spark.tserver`).
+
+Thread-safety: functions here call into the driver's ``SparkContext`` (py4j is thread-safe);
+they hold no state of their own.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Sequence
+from typing import Any
+
+from pyspark import SparkContext
+from pyspark.rdd import RDD
+from pyspark.serializers import CPickleSerializer
+
+from pyspark_kudu.errors import InvalidArgumentError
+
+__all__ = ["executor_hosts", "pinned_rdd"]
+
+
+def _scala_seq(sc: SparkContext, items: list[Any]) -> Any:
+    jvm = sc._jvm
+    assert jvm is not None
+    jl = jvm.java.util.ArrayList()
+    for x in items:
+        jl.add(x)
+    return jvm.scala.jdk.javaapi.CollectionConverters.asScala(jl).toSeq()
+
+
+def pinned_rdd(sc: SparkContext, payloads: Sequence[tuple[Any, Sequence[str]]]) -> RDD[Any]:
+    """An RDD with one partition per ``(payload, locations)``; partition i yields payload i."""
+    if not payloads:
+        raise InvalidArgumentError("pinned_rdd needs at least one (payload, locations) pair")
+    jvm = sc._jvm
+    assert jvm is not None
+    pairs = [
+        jvm.scala.Tuple2(bytearray(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)),
+                         _scala_seq(sc, list(locs)))
+        for obj, locs in payloads
+    ]
+    class_tag = jvm.scala.reflect.ClassTag.apply(jvm.java.lang.Class.forName("[B"))
+    jrdd = sc._jsc.sc().makeRDD(_scala_seq(sc, pairs), class_tag)
+    return RDD(jrdd.toJavaRDD(), sc, CPickleSerializer())
+
+
+def executor_hosts(sc: SparkContext) -> dict[str, list[str]]:
+    """Live executors by host: ``{host: [executor ids]}``.
+
+    Read from the block manager master, which knows every registered executor with its id
+    and host. The driver is excluded unless it is the only executor (``local[*]`` mode).
+    """
+    jsc = sc._jsc.sc()
+    status = jsc.env().blockManager().master().getMemoryStatus()
+    jvm = sc._jvm
+    assert jvm is not None
+    by_host: dict[str, list[str]] = {}
+    driver: dict[str, list[str]] = {}
+    for bm_id in jvm.scala.jdk.javaapi.CollectionConverters.asJava(status.keySet()):
+        eid, host = str(bm_id.executorId()), str(bm_id.host())
+        target = driver if eid == "driver" else by_host
+        target.setdefault(host, []).append(eid)
+    for ids in by_host.values():
+        ids.sort()
+    return by_host or driver

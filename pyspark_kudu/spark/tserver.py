@@ -1,0 +1,131 @@
+"""Tablet-server identity on an executor host: the data root and its ``instance`` file.
+
+A tablet server is a data root on one host, identified by the UUID in ``<root>/instance``
+(DESIGN §1), never by an executor id (those change with every application). Every pinned
+task first calls :func:`verify_instance`: if the host it landed on does not hold the tablet
+server it was aimed at, it touches nothing and reports ``misplaced`` (:class:`PinnedResult`).
+
+Where the data root comes from, in order: the task's explicit root (``local[*]`` virtual
+tablet servers carry theirs in the payload), the ``PYSPARK_KUDU_DATA_ROOT`` environment
+variable of the executor (set per worker on the test cluster), then the Spark conf
+``spark.kudu.dataRoot`` (same on every host), then ``/tmp/pyspark-kudu``.
+
+Thread-safety: functions only; the instance file is created with an atomic replace, and a
+race between two creators is resolved by re-reading (first writer wins on rename order;
+both then read the same file).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark_kudu.errors import CorruptionError
+from pyspark_kudu.fileio import FileIO
+
+__all__ = [
+    "DATA_ROOT_CONF",
+    "DATA_ROOT_ENV",
+    "INSTANCE_FILE",
+    "PinnedResult",
+    "TabletServerInfo",
+    "ensure_instance",
+    "local_data_root",
+    "read_instance",
+    "run_pinned",
+    "verify_instance",
+]
+
+DATA_ROOT_ENV = "PYSPARK_KUDU_DATA_ROOT"
+DATA_ROOT_CONF = "spark.kudu.dataRoot"
+INSTANCE_FILE = "instance"
+_FORMAT_VERSION = 1
+_DEFAULT_ROOT = "/tmp/pyspark-kudu"
+
+
+@dataclass(frozen=True)
+class TabletServerInfo:
+    uuid: str
+    host: str
+    data_root: str
+
+
+@dataclass(frozen=True)
+class PinnedResult:
+    """What a pinned task returns: its value, or why it refused to run."""
+
+    ok: bool
+    host: str
+    value: Any = None
+    misplaced_reason: str = ""
+
+
+def local_data_root(explicit: str | None = None, conf_root: str | None = None) -> str:
+    """The data root of the host this code runs on (see module docstring for the order)."""
+    return explicit or os.environ.get(DATA_ROOT_ENV) or conf_root or _DEFAULT_ROOT
+
+
+def read_instance(root: str) -> str | None:
+    """The tablet-server UUID recorded under ``root``, or None if there is none yet."""
+    io = FileIO(root)
+    if not io.exists(INSTANCE_FILE):
+        return None
+    raw = io.read_bytes(INSTANCE_FILE)
+    try:
+        doc = json.loads(raw)
+        ts_uuid = str(doc["uuid"])
+        version = int(doc["format_version"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise CorruptionError(f"instance file {io.path(INSTANCE_FILE)} is unreadable: {e}") from e
+    if version > _FORMAT_VERSION:
+        raise CorruptionError(
+            f"instance file {io.path(INSTANCE_FILE)} has format version {version}; this "
+            f"pyspark-kudu understands up to {_FORMAT_VERSION}: upgrade the package"
+        )
+    return ts_uuid
+
+
+def ensure_instance(root: str) -> TabletServerInfo:
+    """Create the instance file under ``root`` if missing; return this tablet server's identity."""
+    existing = read_instance(root)
+    if existing is None:
+        io = FileIO(root)
+        io.makedirs()
+        doc = {"uuid": uuid.uuid4().hex, "format_version": _FORMAT_VERSION,
+               "created_on": socket.gethostname()}
+        io.atomic_write(json.dumps(doc).encode(), INSTANCE_FILE)
+        existing = read_instance(root)
+        assert existing is not None
+    return TabletServerInfo(existing, current_host(), root)
+
+
+def current_host() -> str:
+    """The host name Spark knows this executor by (``SPARK_LOCAL_IP`` on the test cluster)."""
+    return os.environ.get("SPARK_LOCAL_IP") or socket.gethostbyname(socket.gethostname())
+
+
+def verify_instance(root: str, expected_uuid: str) -> str:
+    """Empty string if ``root`` holds tablet server ``expected_uuid``, else the reason why not."""
+    try:
+        found = read_instance(root)
+    except CorruptionError as e:
+        return str(e)
+    if found is None:
+        return f"no tablet server instance under {root} on {current_host()}"
+    if found != expected_uuid:
+        return (f"task for tablet server {expected_uuid} landed on {current_host()}, "
+                f"whose data root {root} belongs to tablet server {found}")
+    return ""
+
+
+def run_pinned(root: str, expected_uuid: str, fn: Callable[[str], Any]) -> PinnedResult:
+    """Run ``fn(root)`` only if this host holds ``expected_uuid``; otherwise report misplaced."""
+    reason = verify_instance(root, expected_uuid)
+    if reason:
+        return PinnedResult(ok=False, host=current_host(), misplaced_reason=reason)
+    return PinnedResult(ok=True, host=current_host(), value=fn(root))
