@@ -162,6 +162,10 @@ class ConfChangeType(enum.Enum):
     ADD_VOTER = "add_voter"  # ADD_PEER as VOTER; on an existing learner: promote (MODIFY_PEER)
     ADD_LEARNER = "add_learner"  # ADD_PEER as NON_VOTER; on an existing voter: demote
     REMOVE = "remove"  # REMOVE_PEER
+    # The whole configuration at once, in ``context`` (``ConfState.to_dict`` as JSON). Only
+    # the bootstrap entry of a new group uses it (Kudu's first CHANGE_CONFIG_OP also carries
+    # the full config); ``node_id`` names the founder that wrote it.
+    BOOTSTRAP = "bootstrap"
 
 
 @dataclass(frozen=True, slots=True)

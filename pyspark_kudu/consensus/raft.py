@@ -27,6 +27,8 @@ Thread-safety: not thread-safe. One owner drives a node; wrap it in a lock to sh
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pyspark_kudu.consensus.confchange import apply_conf_change, check_conf_change
 from pyspark_kudu.consensus.log import RaftLog
 from pyspark_kudu.consensus.messages import (
@@ -129,6 +131,11 @@ class RaftNode:
         """Append ``data`` to the log. Raises ProposalDroppedError unless we lead."""
         self._propose(Entry(0, 0, EntryType.NORMAL, data))
 
+    def propose_batch(self, datas: Sequence[bytes]) -> None:
+        """Append several entries at once: one AppendEntries per follower carries them all."""
+        if datas:
+            self._propose(*(Entry(0, 0, EntryType.NORMAL, d) for d in datas))
+
     def propose_conf_change(self, cc: ConfChange) -> None:
         """Propose a one-server membership change (validated against the current config)."""
         check_conf_change(self.conf_state, cc)
@@ -207,9 +214,13 @@ class RaftNode:
             if self.role == Role.LEADER:
                 self._self_persisted()
         if rd.committed_entries:
+            # A snapshot restored after this Ready was taken supersedes its older entries:
+            # applying their configuration changes on top of the snapshot's would be wrong.
+            pending = self.log.unstable.snapshot
+            superseded = pending.metadata.index if pending is not None else 0
             for e in rd.committed_entries:
-                if e.index <= self.log.applied:
-                    continue  # covered by a snapshot installed meanwhile
+                if e.index <= self.log.applied or e.index <= superseded:
+                    continue
                 self.log.applied_to(e.index)
                 if e.type == EntryType.CONF_CHANGE:
                     self._apply_conf_change(decode_conf_change(e.data))
@@ -556,12 +567,12 @@ class RaftNode:
         self._pending_conf_index = self.log.last_index()
 
     # -- leader internals --------------------------------------------------------------------
-    def _propose(self, e: Entry) -> None:
+    def _propose(self, *entries: Entry) -> None:
         if self.role != Role.LEADER:
             raise ProposalDroppedError(
                 f"{self.id} is not the leader (leader: {self.lead or 'unknown'})"
             )
-        self._leader_append(Message(_MT.PROP, frm=self.id, entries=(e,)))
+        self._leader_append(Message(_MT.PROP, frm=self.id, entries=entries))
 
     def _leader_append(self, m: Message) -> None:
         if self.id not in self._tracker.progress:

@@ -20,6 +20,8 @@ single-threaded by construction).
 
 from __future__ import annotations
 
+import itertools
+import json
 from typing import Protocol, runtime_checkable
 
 from pyspark_kudu.consensus.messages import (
@@ -80,12 +82,13 @@ class WritableStorage(Storage, Protocol):
 def bootstrap(storage: WritableStorage, voters: list[str] | tuple[str, ...]) -> None:
     """Found a new group: write its initial configuration into the log itself.
 
-    Entries ``1..n`` (term 1) are one ``ADD_VOTER`` per founding member, committed. The
-    configuration must live in the log, not only in the founders' storage: a replica that
-    joins later starts with an *empty* configuration and learns the group from the entries (or
-    from a snapshot) the leader sends it. Were the founders' config missing from the log, a
-    joiner replaying ``ADD_LEARNER me``, ``ADD_VOTER me`` would believe it is the only voter
-    and could elect itself (the same reason etcd's ``RawNode.Bootstrap`` writes entries).
+    Entry 1 (term 1, committed) is one ``BOOTSTRAP`` configuration change carrying the whole
+    founding configuration. It must live in the log, not only in the founders' storage: a
+    replica that joins later starts with an *empty* configuration and learns the group from
+    the entries (or the snapshot) the leader sends it. It must be *one* entry: replaying one
+    ``ADD_VOTER`` per founder, a replica re-added under a founder's id would, after the first
+    entry, believe it is the only voter and elect itself (found by the simulator, pinned in
+    ``tests/unit/consensus/test_core_findings.py``).
     Founders call this on empty storage; joiners start from ``MemoryStorage()``.
     """
     if not voters:
@@ -94,15 +97,13 @@ def bootstrap(storage: WritableStorage, voters: list[str] | tuple[str, ...]) -> 
         raise InvalidArgumentError(f"duplicate voters in {list(voters)}")
     if storage.last_index() != 0 or not storage.initial_state()[0].is_empty():
         raise InvalidArgumentError("bootstrap needs empty storage (this one has a log or state)")
-    ents = [
-        Entry(1, i + 1, EntryType.CONF_CHANGE,
-              encode_conf_change(ConfChange(ConfChangeType.ADD_VOTER, v)))
-        for i, v in enumerate(sorted(voters))
-    ]
-    storage.append(ents)
-    storage.set_hard_state(HardState(term=1, commit=len(ents)))
-    # The founders start with the configuration in force (re-applying the entries is a no-op).
-    storage.set_conf_state(ConfState(frozenset(voters)))
+    conf = ConfState(frozenset(voters))
+    cc = ConfChange(ConfChangeType.BOOTSTRAP, sorted(voters)[0],
+                    json.dumps(conf.to_dict(), sort_keys=True).encode())
+    storage.append([Entry(1, 1, EntryType.CONF_CHANGE, encode_conf_change(cc))])
+    storage.set_hard_state(HardState(term=1, commit=1))
+    # The founders start with the configuration in force (re-applying entry 1 is a no-op).
+    storage.set_conf_state(conf)
 
 
 def limit_size(entries: list[Entry], max_size: int | None) -> list[Entry]:
@@ -222,6 +223,11 @@ class MemoryStorage:
         """Append, truncating any existing suffix that ``entries`` overwrite."""
         if not entries:
             return
+        for a, b in itertools.pairwise(entries):
+            if b.index != a.index + 1:
+                raise InvalidArgumentError(
+                    f"entries to append are not consecutive: index {a.index} then {b.index}"
+                )
         first = self.first_index()
         last = entries[-1].index
         if last < first:

@@ -13,11 +13,14 @@ from pyspark_kudu.consensus import (
     ConfChange,
     ConfChangeType,
     Config,
+    ConfState,
     EntryType,
     MemoryStorage,
     RaftNode,
     Role,
+    decode_conf_change,
 )
+from pyspark_kudu.consensus.confchange import apply_conf_change
 from pyspark_kudu.consensus.local import LocalGroup
 from pyspark_kudu.errors import (
     ConsensusError,
@@ -89,6 +92,8 @@ def test_conf_change_that_changes_nothing_or_removes_last_voter_is_refused() -> 
         node.propose_conf_change(ConfChange(ConfChangeType.ADD_VOTER, "n1"))
     with pytest.raises(InvalidArgumentError, match="last voter"):
         node.propose_conf_change(ConfChange(ConfChangeType.REMOVE, "n1"))
+    with pytest.raises(InvalidArgumentError, match="only be written by bootstrap"):
+        node.propose_conf_change(ConfChange(ConfChangeType.BOOTSTRAP, "n1", b"{}"))
 
 
 def test_joiner_learns_founding_config_from_the_log_and_never_elects_itself_alone() -> None:
@@ -142,12 +147,15 @@ def test_campaign_waits_until_committed_conf_changes_are_applied() -> None:
     assert node.role == Role.LEADER
 
 
-def test_bootstrap_entries_are_conf_changes_committed_at_term_one() -> None:
+def test_bootstrap_is_one_committed_entry_carrying_the_whole_configuration() -> None:
     st = MemoryStorage.bootstrapped(["x", "y", "z"])
     ents = st.entries(1, st.last_index() + 1)
-    assert [e.type for e in ents] == [EntryType.CONF_CHANGE] * 3
+    assert [e.type for e in ents] == [EntryType.CONF_CHANGE]
+    cc = decode_conf_change(ents[0].data)
+    assert cc.type == ConfChangeType.BOOTSTRAP
+    assert apply_conf_change(ConfState(), cc) == ConfState.of(["x", "y", "z"])
     hs, cs = st.initial_state()
-    assert (hs.term, hs.commit) == (1, 3)
+    assert (hs.term, hs.commit) == (1, 1)
     assert cs.voters == {"x", "y", "z"}
     with pytest.raises(InvalidArgumentError, match="empty storage"):
         from pyspark_kudu.consensus.storage import bootstrap

@@ -1,0 +1,341 @@
+"""The client-side leader of one tablet: a ``RaftNode`` in the driver, replicas on executors.
+
+DESIGN §3. The driver runs the leader's Raft state machine *on behalf of* one replica L
+(its node id is L's tablet-server UUID); L's durable state lives on L's host. Every exchange
+with replicas is a *round*: one request list per tablet server, executed by a
+:class:`PeerTransport` (a barrier stage of pinned tasks on a cluster, direct calls in tests),
+one response list back. Responses are stepped into the ``RaftNode``.
+
+Rules:
+
+- **Election** (two rounds, never one): first L persists its own vote for the new term (a
+  RequestVote from L to itself, through the same code path as every vote), and only then do
+  the other voters get RequestVote. Sending both at once would let a crash of L forget its
+  self-vote while others counted on it (two leaders in one term).
+- **Write round**: the leader's entries are persisted on L (``PERSIST``, fenced by term)
+  *in parallel* with AppendEntries to followers (thesis §10.2.1); the ``RaftNode`` counts L
+  only after L's PERSIST succeeded (its rule 3), so "committed" = durable on a majority.
+- **Retry**: when a round fails as a whole (a barrier stage aborts if any task dies), it is
+  re-sent without the tablet servers the transport reports unreachable; re-sent entries with
+  the same index and term are acknowledged without being written twice.
+- **Catch-up**: the driver only holds L's log tail, so a follower needing older entries makes
+  the ``RaftNode`` emit a snapshot request (its compaction hook). The driver intercepts it and
+  copies the missing entries from L (``READ_ENTRIES`` on L's host, AppendEntries to the
+  follower), then reports the "snapshot" done.
+- **Fencing**: a newer leader (another client) has a higher term; replicas refuse the old
+  one and the old ``RaftNode`` steps down on the first response carrying the newer term.
+  Every call then fails with :class:`FencedError`; nothing it did not see committed is
+  reported committed.
+
+Thread-safety: not thread-safe; one owner drives a ``TabletLeader`` (the client groups
+concurrent writes into shared rounds above this layer).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from pyspark_kudu.consensus.messages import (
+    Message,
+    MessageType,
+    Snapshot,
+    SnapshotMetadata,
+)
+from pyspark_kudu.consensus.raft import Config, RaftNode, Ready, Role
+from pyspark_kudu.consensus.storage import MemoryStorage
+from pyspark_kudu.errors import (
+    AbortedError,
+    IllegalStateError,
+    ServiceUnavailableError,
+)
+from pyspark_kudu.spark.peer import PeerRequest, PeerResponse, ReplicaState, RequestKind
+
+__all__ = ["FencedError", "PeerTransport", "RoundFailedError", "TabletLeader", "TabletReplicas"]
+
+_MAX_ROUND_ATTEMPTS = 3
+_MAX_CATCH_UP_STEPS = 16
+
+
+class FencedError(AbortedError):
+    """A newer leader (another client) took over this tablet; this client's leadership ended."""
+
+
+class RoundFailedError(ServiceUnavailableError):
+    """A round could not reach the replicas it needed (e.g. no majority of tablet servers)."""
+
+
+class PeerTransport(Protocol):
+    """Runs one round: requests per tablet server in, responses per tablet server out.
+
+    A tablet server whose task failed maps to ``None``. ``unreachable()`` names the tablet
+    servers the transport knows cannot run a task now (their host has no executor).
+    """
+
+    def run(self, requests: Mapping[str, Sequence[PeerRequest]]) -> dict[
+        str, list[PeerResponse] | None
+    ]: ...
+
+    def unreachable(self) -> set[str]: ...
+
+
+@dataclass(frozen=True)
+class TabletReplicas:
+    """A tablet and its replicas (tablet-server UUIDs); ``voters`` founded the group."""
+
+    tablet_id: str
+    voters: tuple[str, ...]
+
+
+class TabletLeader:
+    """Leader state of one tablet in the client, acting for replica ``leader_id``."""
+
+    def __init__(self, tablet: TabletReplicas, leader_id: str, transport: PeerTransport,
+                 seed: int = 0) -> None:
+        if leader_id not in tablet.voters:
+            raise IllegalStateError(
+                f"tablet {tablet.tablet_id}: {leader_id} is not one of its voters {tablet.voters}"
+            )
+        self.tablet = tablet
+        self.leader_id = leader_id
+        self._transport = transport
+        self._rng = random.Random(seed)
+        self.node: RaftNode | None = None
+        # The driver's mirror of the leader replica's log (what L has durably): the Storage
+        # its RaftNode reads. It starts at L's commit index (see _leader_view).
+        self._view = MemoryStorage()
+        self.fenced_reason = ""
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def create(self) -> None:
+        """Create every replica of a new tablet, bootstrapping the founding configuration."""
+        reqs = {v: [PeerRequest(RequestKind.CREATE, self.tablet.tablet_id, v,
+                                voters=self.tablet.voters)] for v in self.tablet.voters}
+        out = self._transport.run(reqs)
+        failed = [v for v in self.tablet.voters if not _all_ok(out.get(v))]
+        if len(failed) > len(self.tablet.voters) // 2:
+            raise RoundFailedError(
+                f"tablet {self.tablet.tablet_id}: could not create a majority of replicas "
+                f"(failed on {failed}: {_errors(out, failed)})"
+            )
+
+    def elect(self) -> int:
+        """Win an election for ``leader_id``; returns the term. Raises if it loses."""
+        state = self._read_state()
+        self._view = _leader_view(state)
+        self.node = node = RaftNode(Config(
+            id=self.leader_id, storage=self._view, applied=state.hard_state.commit,
+            rng=self._rng, max_size_per_msg=None, pre_vote=False, check_quorum=False,
+        ))
+        node.campaign()
+        rd = node.ready()
+        votes = [m for m in rd.messages if m.type == MessageType.VOTE]
+        term = node.term
+        # Round 1: the candidate's own durable vote, before anyone else is asked (see rules).
+        self_vote = Message(MessageType.VOTE, to=self.leader_id, frm=self.leader_id, term=term,
+                            index=state.last_index, log_term=state.last_term)
+        own = self._run_one(self.leader_id, PeerRequest(
+            RequestKind.STEP, self.tablet.tablet_id, self.leader_id, messages=(self_vote,)))
+        granted = [m for m in own.messages
+                   if m.type == MessageType.VOTE_RESP and not m.reject and m.term == term]
+        if not granted:
+            self.node = None
+            raise FencedError(
+                f"tablet {self.tablet.tablet_id}: replica {self.leader_id} refused to vote for "
+                f"itself in term {term} (it has moved on to a newer term or vote)"
+            )
+        assert rd.hard_state is not None
+        self._view.set_hard_state(rd.hard_state)
+        node.advance(rd)
+        # Round 2: ask the others.
+        self._exchange({m.to: [m] for m in votes}, persist=None)
+        if node.role != Role.LEADER:
+            self.node = None
+            raise FencedError(
+                f"tablet {self.tablet.tablet_id}: replica {self.leader_id} lost the election "
+                f"for term {term}"
+            )
+        self.flush()
+        return node.term
+
+    # -- writes ------------------------------------------------------------------------------
+    def propose(self, batches: Sequence[bytes]) -> list[tuple[int, int]]:
+        """Replicate ``batches``; returns each one's (index, term) once committed."""
+        node = self._leader()
+        first = node.log.last_index() + 1
+        node.propose_batch(batches)
+        positions = [(first + k, node.term) for k in range(len(batches))]
+        want = positions[-1][0] if positions else 0
+        # The commit index reaches followers with the next round; we do not pay a round for it.
+        self.flush(until_commit=want)
+        for _ in range(_MAX_ROUND_ATTEMPTS):
+            if node.commit_index >= want:
+                return positions
+            self.heartbeat(until_commit=want)
+        raise RoundFailedError(
+            f"tablet {self.tablet.tablet_id}: entries up to {want} did not reach a majority of "
+            f"voters {self.tablet.voters} (commit index {node.commit_index})"
+        )
+
+    def heartbeat(self, until_commit: int | None = None) -> None:
+        """A commit-only round: tells followers the commit index and collects their progress."""
+        node = self._leader()
+        node.step(Message(MessageType.BEAT, frm=node.id))
+        self.flush(until_commit)
+
+    def flush(self, until_commit: int | None = None) -> None:
+        """Run rounds until the ``RaftNode`` has nothing more to persist or send, or (with
+        ``until_commit``) until that index is committed, whichever comes first."""
+        node = self._leader()
+        for _ in range(64):
+            if until_commit is not None and node.commit_index >= until_commit:
+                return
+            if not node.has_ready():
+                return
+            rd = node.ready()
+            by_peer: dict[str, list[Message]] = {}
+            snaps: list[Message] = []
+            for m in rd.messages:
+                (snaps if m.type == MessageType.SNAP else by_peer.setdefault(m.to, [])).append(m)
+            self._exchange(by_peer, persist=rd)
+            # L persisted rd: mirror it, then let the RaftNode count L (its rule 3).
+            self._view.append(rd.entries)
+            if rd.hard_state is not None:
+                self._view.set_hard_state(rd.hard_state)
+            node.advance(rd)
+            for s in snaps:
+                self._catch_up(s.to)
+            if node.role != Role.LEADER:
+                raise FencedError(self.fenced_reason or (
+                    f"tablet {self.tablet.tablet_id}: {self.leader_id} is no longer the leader "
+                    f"(a newer term {node.term} exists)"))
+        raise IllegalStateError(f"tablet {self.tablet.tablet_id}: rounds did not quiesce")
+
+    # -- internals ---------------------------------------------------------------------------
+    def _leader(self) -> RaftNode:
+        if self.node is None or self.node.role != Role.LEADER:
+            raise FencedError(self.fenced_reason or (
+                f"tablet {self.tablet.tablet_id}: this client is not the leader; call elect()"))
+        return self.node
+
+    def _read_state(self) -> ReplicaState:
+        resp = self._run_one(self.leader_id, PeerRequest(
+            RequestKind.READ_STATE, self.tablet.tablet_id, self.leader_id))
+        assert resp.state is not None
+        return resp.state
+
+    def _run_one(self, ts: str, req: PeerRequest) -> PeerResponse:
+        for _ in range(_MAX_ROUND_ATTEMPTS):
+            out = self._transport.run({ts: [req]}).get(ts)
+            if out is not None:
+                if not out[0].ok:
+                    raise RoundFailedError(
+                        f"tablet {req.tablet_id}: {req.kind.value} on replica {ts} failed: "
+                        f"{out[0].error}")
+                return out[0]
+        raise RoundFailedError(
+            f"tablet {req.tablet_id}: tablet server {ts} did not answer {req.kind.value} "
+            f"after {_MAX_ROUND_ATTEMPTS} attempts")
+
+    def _exchange(self, by_peer: Mapping[str, Sequence[Message]], persist: Ready | None) -> None:
+        """One round: PERSIST on the leader replica (if ``persist``), STEP on the followers."""
+        node = self.node
+        assert node is not None
+        reqs: dict[str, list[PeerRequest]] = {
+            to: [PeerRequest(RequestKind.STEP, self.tablet.tablet_id, to, messages=tuple(ms))]
+            for to, ms in by_peer.items()
+        }
+        if persist is not None and (persist.entries or persist.hard_state is not None):
+            reqs.setdefault(self.leader_id, []).insert(0, PeerRequest(
+                RequestKind.PERSIST, self.tablet.tablet_id, self.leader_id, term=node.term,
+                entries=persist.entries, hard_state=persist.hard_state))
+        if not reqs:
+            return
+        leader_persisted = self.leader_id not in reqs or not any(
+            r.kind == RequestKind.PERSIST for r in reqs[self.leader_id])
+        for _attempt in range(_MAX_ROUND_ATTEMPTS):
+            skip = self._transport.unreachable()
+            live = {ts: rs for ts, rs in reqs.items() if ts not in skip}
+            if not live:
+                break
+            out = self._transport.run(live)
+            if all(v is None for v in out.values()):
+                continue  # the stage failed as a whole: retry without unreachable servers
+            for ts, resps in out.items():
+                if resps is None:
+                    continue
+                for req, resp in zip(live[ts], resps, strict=True):
+                    if req.kind == RequestKind.PERSIST:
+                        if resp.fenced:
+                            self.fenced_reason = resp.error
+                            raise FencedError(resp.error)
+                        leader_persisted = leader_persisted or resp.ok
+                    for m in resp.messages:
+                        node.step(m)
+            break
+        if not leader_persisted:
+            # Without L's own write we must not advance (advance = "L persisted this").
+            raise RoundFailedError(
+                f"tablet {self.tablet.tablet_id}: the leader replica {self.leader_id} could not "
+                f"persist its log; elect a leader on another replica")
+
+    def _catch_up(self, follower: str) -> None:
+        """Copy the entries a lagging follower misses from the leader replica's log."""
+        node = self._leader()
+        match, nxt = node.status().progress.get(follower, (0, 1))
+        lo = max(match + 1, nxt, 1)
+        hi = node.log.first_index()  # the driver's view holds everything from here on
+        ok = False
+        try:
+            ok = self._copy_entries(follower, lo, hi)
+        except RoundFailedError:
+            ok = False  # the follower stays behind; the next round tries again
+        node.report_snapshot(follower, ok)
+
+    def _copy_entries(self, follower: str, lo: int, hi: int) -> bool:
+        node = self._leader()
+        for _ in range(_MAX_CATCH_UP_STEPS):
+            src = self._run_one(self.leader_id, PeerRequest(
+                RequestKind.READ_ENTRIES, self.tablet.tablet_id, self.leader_id, lo=lo, hi=hi))
+            app = Message(MessageType.APP, to=follower, frm=self.leader_id, term=node.term,
+                          index=lo - 1, log_term=src.prev_term, entries=src.entries,
+                          commit=node.commit_index)
+            resp = self._run_one(follower, PeerRequest(
+                RequestKind.STEP, self.tablet.tablet_id, follower, messages=(app,)))
+            acks = [m for m in resp.messages if m.type == MessageType.APP_RESP]
+            if acks and not acks[-1].reject:
+                for m in resp.messages:
+                    node.step(m)
+                return True
+            if not acks:
+                return False
+            lo = max(min(acks[-1].reject_hint + 1, lo - 1), 1)
+        return False
+
+
+def _leader_view(state: ReplicaState) -> MemoryStorage:
+    """The driver's copy of L's log: a 'snapshot' at L's commit index plus L's tail."""
+    hs = state.hard_state
+    st = MemoryStorage(state.conf_state)
+    if hs.commit > 0:
+        st.apply_snapshot(Snapshot(SnapshotMetadata(hs.commit, state.commit_term,
+                                                    state.conf_state)))
+    st.append(list(state.tail))
+    st.set_hard_state(hs)
+    return st
+
+
+def _all_ok(resps: list[PeerResponse] | None) -> bool:
+    return resps is not None and all(r.ok for r in resps)
+
+
+def _errors(out: Mapping[str, list[PeerResponse] | None], which: Sequence[str]) -> str:
+    parts = []
+    for ts in which:
+        resps = out.get(ts)
+        parts.append(f"{ts}: " + ("task failed" if resps is None else
+                                  "; ".join(r.error for r in resps if not r.ok)))
+    return ", ".join(parts)
+

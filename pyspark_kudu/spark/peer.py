@@ -1,0 +1,330 @@
+"""The replica side of replication: what a pinned task does to the replicas on its host.
+
+DESIGN §3: the leader's Raft state machine runs in the client's driver; every replica's
+*persistent* state (term, vote, log, configuration) lives on its tablet server. A pinned task
+receives :class:`PeerRequest`s for the replicas of its tablet server and returns one
+:class:`PeerResponse` each. Nothing here imports Spark, so the same code runs in executor
+tasks, in ``local[*]`` virtual tablet servers and in plain unit tests.
+
+Requests:
+
+=============  ==============================================================================
+CREATE         create the replica; founding members get the group's configuration bootstrapped
+               into their log (:func:`~pyspark_kudu.consensus.storage.bootstrap`), joiners
+               start empty and learn it from the leader.
+READ_STATE     hard state, configuration, log bounds and the uncommitted tail: what a client
+               needs to act as this replica's leader state machine.
+PERSIST        the *leader's own* log and hard state, written on the leader replica's host.
+               Fencing: refused unless the replica's durable term equals the request's and
+               it voted for itself in that term; a replica that moved on to a newer term
+               never takes entries from an older leader.
+STEP           Raft messages to a follower (AppendEntries, heartbeats, RequestVote, ...). A
+               follower ``RaftNode`` is rebuilt from durable state, steps the messages,
+               persists (entries fsynced through the WAL's group commit) and returns its
+               responses; durable state is all a follower needs to answer correctly.
+READ_ENTRIES   log entries ``[lo, hi)`` and the term at ``lo - 1``, for catching a lagging
+               follower up from a healthy replica.
+=============  ==============================================================================
+
+Where a replica's configuration is applied: a follower applies configuration entries when
+they commit (module rule 5 of :mod:`pyspark_kudu.consensus.raft`). The index up to which
+that happened is kept in ``<tablet>/applied`` (atomic replace) with the configuration in
+``meta``; ``meta`` is written first, so a crash between the two only replays idempotent
+configuration entries.
+
+Concurrency: requests for one replica are serialised by an exclusive ``flock`` on
+``<tablet>/lock`` (two rounds from two client threads, or two Python workers of one
+executor, may touch the same replica).
+
+Thread-safety: :func:`handle_requests` is reentrant; per-replica exclusion is the lock above.
+"""
+
+from __future__ import annotations
+
+import enum
+import fcntl
+import json
+import os
+import random
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from pyspark_kudu.consensus.messages import (
+    NONE,
+    ConfState,
+    Entry,
+    EntryType,
+    HardState,
+    Message,
+)
+from pyspark_kudu.consensus.raft import Config, RaftNode
+from pyspark_kudu.consensus.storage import bootstrap
+from pyspark_kudu.errors import CompactedError, KuduError
+from pyspark_kudu.fileio import FileIO
+from pyspark_kudu.wal import WalOptions, WalStorage
+
+__all__ = [
+    "Applier",
+    "PeerRequest",
+    "PeerResponse",
+    "ReplicaState",
+    "RequestKind",
+    "handle_requests",
+    "tablet_dir",
+]
+
+_TAIL_LIMIT_BYTES = 64 * 1024 * 1024
+_APPLIED_FILE = "applied"
+_LOCK_FILE = "lock"
+
+
+class RequestKind(enum.Enum):
+    CREATE = "create"
+    READ_STATE = "read_state"
+    PERSIST = "persist"
+    STEP = "step"
+    READ_ENTRIES = "read_entries"
+
+
+@dataclass(frozen=True)
+class PeerRequest:
+    kind: RequestKind
+    tablet_id: str
+    replica_id: str
+    term: int = 0
+    messages: tuple[Message, ...] = ()
+    entries: tuple[Entry, ...] = ()
+    hard_state: HardState | None = None
+    voters: tuple[str, ...] = ()
+    lo: int = 0
+    hi: int = 0
+
+
+@dataclass(frozen=True)
+class ReplicaState:
+    hard_state: HardState
+    conf_state: ConfState
+    first_index: int
+    last_index: int
+    last_term: int
+    commit_term: int
+    applied: int
+    tail: tuple[Entry, ...] = ()
+
+
+@dataclass(frozen=True)
+class PeerResponse:
+    tablet_id: str
+    replica_id: str
+    ok: bool
+    host: str = ""
+    error: str = ""
+    fenced: bool = False
+    messages: tuple[Message, ...] = ()
+    state: ReplicaState | None = None
+    entries: tuple[Entry, ...] = ()
+    prev_term: int = 0
+    last_index: int = 0
+    applied: tuple[int, ...] = field(default=())
+
+
+Applier = Callable[[str, Sequence[Entry]], None]
+"""Applies committed entries to a replica's tablet: ``(tablet_dir, entries)``."""
+
+
+def tablet_dir(root: str, tablet_id: str) -> FileIO:
+    return FileIO(root).child("tablets", tablet_id)
+
+
+def handle_requests(
+    root: str,
+    requests: Sequence[PeerRequest],
+    host: str = "",
+    options: WalOptions | None = None,
+    applier: Applier | None = None,
+) -> list[PeerResponse]:
+    """Serve ``requests`` against the replicas under data root ``root``, in order.
+
+    A failure of one replica (corruption, disk full, fencing) is reported in its response and
+    does not stop the others.
+    """
+    out: list[PeerResponse] = []
+    for req in requests:
+        try:
+            out.append(_handle_one(root, req, host, options, applier))
+        except KuduError as e:
+            out.append(PeerResponse(req.tablet_id, req.replica_id, ok=False, host=host,
+                                    error=f"{type(e).__name__}: {e}"))
+    return out
+
+
+@contextmanager
+def _open_replica(root: str, tablet_id: str, options: WalOptions | None) -> Iterator[
+    tuple[FileIO, WalStorage]
+]:
+    io = tablet_dir(root, tablet_id)
+    io.makedirs()
+    fd = os.open(io.local_path(_LOCK_FILE), os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        storage = WalStorage.open(io, options)
+        try:
+            yield io, storage
+        finally:
+            storage.close()
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def _read_applied(io: FileIO) -> int:
+    if not io.exists(_APPLIED_FILE):
+        return 0
+    return int(json.loads(io.read_bytes(_APPLIED_FILE))["index"])
+
+
+def _write_applied(io: FileIO, index: int) -> None:
+    io.atomic_write(json.dumps({"index": index}).encode(), _APPLIED_FILE)
+
+
+def _state(storage: WalStorage, applied: int) -> ReplicaState:
+    hs, cs = storage.initial_state()
+    last = storage.last_index()
+    first = storage.first_index()
+    commit = hs.commit
+    tail: list[Entry] = []
+    if last > commit:
+        tail = storage.entries(max(commit + 1, first), last + 1, _TAIL_LIMIT_BYTES)
+    return ReplicaState(
+        hard_state=hs, conf_state=cs, first_index=first, last_index=last,
+        last_term=storage.term(last), commit_term=storage.term(max(commit, first - 1)),
+        applied=applied, tail=tuple(tail),
+    )
+
+
+def _handle_one(
+    root: str, req: PeerRequest, host: str, options: WalOptions | None,
+    applier: Applier | None,
+) -> PeerResponse:
+    with _open_replica(root, req.tablet_id, options) as (io, storage):
+        applied = _read_applied(io)
+        match req.kind:
+            case RequestKind.CREATE:
+                hs, _ = storage.initial_state()
+                if storage.last_index() == 0 and hs.is_empty() and req.voters:
+                    bootstrap(storage, req.voters)
+                return _ok(req, host, state=_state(storage, applied))
+            case RequestKind.READ_STATE:
+                return _ok(req, host, state=_state(storage, applied))
+            case RequestKind.PERSIST:
+                return _persist_leader(req, host, io, storage, applied, applier)
+            case RequestKind.STEP:
+                return _step_follower(req, host, io, storage, applied, applier)
+            case RequestKind.READ_ENTRIES:
+                try:
+                    prev_term = storage.term(req.lo - 1)
+                    ents = storage.entries(req.lo, min(req.hi, storage.last_index() + 1),
+                                           _TAIL_LIMIT_BYTES)
+                except CompactedError as e:
+                    return PeerResponse(req.tablet_id, req.replica_id, ok=False, host=host,
+                                        error=f"CompactedError: {e}")
+                return _ok(req, host, entries=tuple(ents), prev_term=prev_term)
+    raise AssertionError(f"unhandled request kind {req.kind}")  # pragma: no cover
+
+
+def _ok(req: PeerRequest, host: str, **kw: object) -> PeerResponse:
+    return PeerResponse(req.tablet_id, req.replica_id, ok=True, host=host, **kw)  # type: ignore[arg-type]
+
+
+def _persist_leader(
+    req: PeerRequest, host: str, io: FileIO, storage: WalStorage, applied: int,
+    applier: Applier | None,
+) -> PeerResponse:
+    hs, _ = storage.initial_state()
+    if hs.term != req.term or hs.vote != req.replica_id:
+        return PeerResponse(
+            req.tablet_id, req.replica_id, ok=False, host=host, fenced=True,
+            error=(f"replica {req.replica_id} of tablet {req.tablet_id} is at term {hs.term} "
+                   f"(vote {hs.vote or 'none'}); a leader of term {req.term} is fenced"),
+        )
+    fresh = _not_yet_present(storage, req.entries)
+    if fresh:
+        storage.append(fresh)
+    if req.hard_state is not None:
+        commit = min(max(hs.commit, req.hard_state.commit), storage.last_index())
+        storage.set_hard_state(HardState(hs.term, hs.vote, commit))
+    new_hs, _ = storage.initial_state()
+    applied_now = _apply_committed(io, storage, applied, new_hs.commit, applier)
+    return _ok(req, host, last_index=storage.last_index(), applied=applied_now)
+
+
+def _not_yet_present(storage: WalStorage, entries: Sequence[Entry]) -> list[Entry]:
+    """Suffix of ``entries`` from the first one the log lacks (same index, other term, or new)."""
+    last = storage.last_index()
+    first = storage.first_index()
+    for k, e in enumerate(entries):
+        if e.index > last or e.index < first or storage.term(e.index) != e.term:
+            return list(entries[k:])
+    return []
+
+
+def _apply_committed(
+    io: FileIO, storage: WalStorage, applied: int, commit: int, applier: Applier | None,
+) -> tuple[int, ...]:
+    """Leader replica: apply what its client declared committed (configuration included).
+
+    A throw-away ``RaftNode`` hands out the committed entries exactly as a follower's would,
+    so configuration entries are applied by the same code on every replica.
+    """
+    if commit <= applied:
+        return ()
+    node = RaftNode(Config(id="_", storage=storage, applied=applied, rng=random.Random(0)))
+    span: list[int] = []
+    _drain(node, storage, io, [], span, applier)
+    return (span[0], span[-1]) if span else ()
+
+
+def _step_follower(
+    req: PeerRequest, host: str, io: FileIO, storage: WalStorage, applied: int,
+    applier: Applier | None,
+) -> PeerResponse:
+    hs, _ = storage.initial_state()
+    node = RaftNode(Config(
+        id=req.replica_id, storage=storage, applied=min(applied, hs.commit),
+        rng=random.Random(0), max_size_per_msg=None,
+    ))
+    out: list[Message] = []
+    span: list[int] = []
+    _drain(node, storage, io, out, span, applier)  # catch up configuration first
+    for m in req.messages:
+        node.step(m)
+        _drain(node, storage, io, out, span, applier)
+    return _ok(req, host, messages=tuple(m for m in out if m.to != NONE),
+               last_index=storage.last_index(),
+               applied=(span[0], span[-1]) if span else ())
+
+
+def _drain(
+    node: RaftNode, storage: WalStorage, io: FileIO, out: list[Message], span: list[int],
+    applier: Applier | None,
+) -> None:
+    while node.has_ready():
+        rd = node.ready()
+        if rd.snapshot is not None:
+            storage.apply_snapshot(rd.snapshot)
+        if rd.entries:
+            storage.append(rd.entries)
+        if rd.hard_state is not None:
+            storage.set_hard_state(rd.hard_state)
+        out.extend(rd.messages)
+        before = node.conf_state
+        node.advance(rd)
+        if rd.committed_entries:
+            if node.conf_state != before:
+                storage.set_conf_state(node.conf_state)
+            if applier is not None:
+                applier(io.root, [e for e in rd.committed_entries
+                                  if e.type == EntryType.NORMAL and e.data])
+            last = rd.committed_entries[-1].index
+            _write_applied(io, last)
+            span.extend((rd.committed_entries[0].index, last))

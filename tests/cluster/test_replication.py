@@ -1,0 +1,86 @@
+"""DESIGN §3 on the standalone cluster: replication rounds are barrier stages of pinned tasks.
+
+Each test uses its own tablet ids, so tests share the session's cluster without interfering.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from pyspark_kudu.consensus.messages import EntryType
+from pyspark_kudu.spark.leader import TabletLeader, TabletReplicas
+from pyspark_kudu.spark.peer import tablet_dir
+from pyspark_kudu.spark.pinned import executor_hosts, pinned_rdd
+from pyspark_kudu.spark.rounds import SparkTransport, TabletServerLocation
+from pyspark_kudu.spark.standalone import StandaloneCluster
+from pyspark_kudu.spark.tserver import ensure_instance, local_data_root
+from pyspark_kudu.wal import WalStorage
+
+
+def _register(spark: SparkSession, cluster: StandaloneCluster) -> list[TabletServerLocation]:
+    hosts = cluster.hosts
+    infos = pinned_rdd(spark.sparkContext, [(h, [h]) for h in hosts]).map(
+        lambda _: ensure_instance(local_data_root())).collect()
+    return [TabletServerLocation(i.uuid, i.host) for i in infos]
+
+
+def _writes(root: Path, tablet_id: str) -> list[bytes]:
+    with WalStorage.open(tablet_dir(str(root), tablet_id)) as st:
+        ents = st.entries(st.first_index(), st.last_index() + 1)
+    return [e.data for e in ents if e.type == EntryType.NORMAL and e.data]
+
+
+def test_rf3_writes_land_only_in_the_replicas_data_roots(
+    cluster_spark: SparkSession, standalone_cluster: StandaloneCluster
+) -> None:
+    servers = _register(cluster_spark, standalone_cluster)
+    replicas = [servers[0], servers[2], servers[4]]  # 127.0.0.2, .4, .6
+    transport = SparkTransport(cluster_spark.sparkContext, servers)
+    tablet = TabletReplicas("rf3-only-replicas", tuple(s.uuid for s in replicas))
+    TabletLeader(tablet, replicas[0].uuid, transport).create()
+    lead = TabletLeader(tablet, replicas[0].uuid, transport)
+    lead.elect()
+    lead.propose([b"a", b"b"])
+    lead.heartbeat()
+    for s in servers:
+        root = standalone_cluster.data_root(s.host)
+        holds = (root / "tablets" / tablet.tablet_id).exists()
+        assert holds == (s in replicas), f"{s.host} holds={holds}"
+        if holds:
+            assert _writes(root, tablet.tablet_id) == [b"a", b"b"]
+    assert transport.failed_rounds == 0
+
+
+def test_a_write_still_commits_after_a_follower_host_is_killed(
+    cluster_spark: SparkSession, standalone_cluster: StandaloneCluster
+) -> None:
+    sc = cluster_spark.sparkContext
+    servers = _register(cluster_spark, standalone_cluster)
+    replicas = [servers[1], servers[3], servers[5]]  # 127.0.0.3, .5, .7
+    transport = SparkTransport(sc, servers)
+    tablet = TabletReplicas("rf3-survives-kill", tuple(s.uuid for s in replicas))
+    TabletLeader(tablet, replicas[0].uuid, transport).create()
+    lead = TabletLeader(tablet, replicas[0].uuid, transport)
+    lead.elect()
+    lead.propose([b"before"])
+    victim = replicas[2].host
+    standalone_cluster.kill_worker(victim)
+    deadline = time.monotonic() + 60
+    while victim in executor_hosts(sc):
+        assert time.monotonic() < deadline, f"driver did not notice executor loss on {victim}"
+        time.sleep(0.2)
+    lead.propose([b"after"])
+    for s in replicas[:2]:
+        assert _writes(standalone_cluster.data_root(s.host), tablet.tablet_id)[:2] == [
+            b"before", b"after"]
+    standalone_cluster.start_worker(victim)
+    deadline = time.monotonic() + 120
+    while victim not in executor_hosts(sc):
+        assert time.monotonic() < deadline, f"no executor came back on {victim}"
+        time.sleep(0.5)
+    lead.heartbeat()
+    lead.heartbeat()
+    assert _writes(standalone_cluster.data_root(victim), tablet.tablet_id) == [b"before", b"after"]
