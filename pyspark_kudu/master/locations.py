@@ -1,0 +1,268 @@
+"""Locations of tablet servers and clients, and the replica a location-aware client reads.
+
+Seed: kudu-location-awareness, "Node labeling" and "Location-aware clients".
+
+* The master runs ``location_mapping_cmd`` once per registering host: the command line is
+  split on spaces (no shell), the host is appended as the last argument, and stripped
+  stdout is the location. Errors carry Kudu's texts. Unlike Kudu, the command has a
+  timeout (default 10 s); on expiry its whole process group is killed and the failure is
+  reported.
+* Locations are cached per host until the server re-registers (:meth:`LocationCache.get`
+  with ``refresh=True``); failures are never cached. ``queries`` and ``hits`` count like
+  Kudu's ``location_mapping_cache_queries`` / ``location_mapping_cache_hits`` metrics.
+* Clients get a location too (:meth:`LocationCache.client_location`); a client whose
+  location cannot be resolved simply has none, it is not refused.
+* :func:`rank_replicas` orders a tablet's replicas for a read in ``CLOSEST_REPLICA``,
+  ``LEADER_ONLY`` or ``FIRST_REPLICA`` mode.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import os
+import random
+import signal
+import subprocess
+import threading
+from collections.abc import Mapping, Sequence
+
+from pyspark_kudu.errors import RemoteError, TimedOutError
+from pyspark_kudu.master.topology import (
+    Replica,
+    TabletServer,
+    is_valid_location,
+    location_components,
+)
+
+__all__ = [
+    "DEFAULT_MAPPING_TIMEOUT_S",
+    "LocationCache",
+    "LocationMappingError",
+    "LocationMappingTimedOutError",
+    "ReadMode",
+    "is_valid_location",
+    "rank_replicas",
+    "run_location_mapping_cmd",
+    "select_replica",
+]
+
+DEFAULT_MAPPING_TIMEOUT_S = 10.0
+
+
+class LocationMappingError(RemoteError):
+    """The location mapping command could not assign a location (Kudu ``RuntimeError``)."""
+
+    status = "RuntimeError"
+
+
+class LocationMappingTimedOutError(LocationMappingError, TimedOutError):
+    """The location mapping command did not finish in time and was killed."""
+
+    status = "TimedOut"
+
+
+def run_location_mapping_cmd(
+    cmd: str, host: str, timeout: float = DEFAULT_MAPPING_TIMEOUT_S
+) -> str:
+    """Run ``cmd`` (split on spaces, no shell) with ``host`` appended; return the location.
+
+    Raises:
+        LocationMappingError: with Kudu's texts for an empty command, a failed run (with
+            its stderr), an empty or an invalid location (with the output).
+        LocationMappingTimedOutError: the command ran longer than ``timeout`` seconds.
+    """
+    argv = [a for a in cmd.split(" ") if a]
+    if not argv:
+        raise LocationMappingError("invalid empty location mapping command")
+    argv.append(host)
+    try:
+        # A new session makes the command a process-group leader, so a timeout can kill
+        # the helpers it spawned too (otherwise they would keep our pipes open).
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as e:
+        raise LocationMappingError(
+            f"failed to run location mapping command: Runtime error: "
+            f"Unable to run '{argv[0]}': {e.strerror or e}"
+        ) from e
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        proc.communicate()
+        raise LocationMappingTimedOutError(
+            f"failed to run location mapping command: Timed out: '{' '.join(argv)}' "
+            f"did not finish within {timeout:g} s and was killed"
+        ) from None
+    stderr = err.decode(errors="replace").strip()
+    if proc.returncode != 0:
+        how = (
+            f"terminated with non-zero exit status {proc.returncode}"
+            if proc.returncode > 0
+            else f"killed by signal {-proc.returncode}"
+        )
+        raise LocationMappingError(
+            f"failed to run location mapping command: Runtime error: "
+            f"Subprocess '{argv[0]}' {how}: {stderr}"
+        )
+    location = out.decode(errors="replace").strip()
+    if not location:
+        raise LocationMappingError("location mapping command returned invalid empty location")
+    if not is_valid_location(location):
+        raise LocationMappingError(
+            f"location mapping command returned invalid location: {location}"
+        )
+    return location
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+class LocationCache:
+    """Per-host cache in front of the location mapping command.
+
+    ``cmd=None`` (or ``""``) disables locations, as an unset ``--location_mapping_cmd``
+    does in Kudu: every host then has location ``None``.
+
+    Thread-safety: thread-safe. The command runs outside the lock, so two threads asking
+    for the same uncached host may both run it (Kudu has the same simplification); the
+    first result wins.
+    """
+
+    def __init__(self, cmd: str | None, timeout: float = DEFAULT_MAPPING_TIMEOUT_S) -> None:
+        self._cmd = cmd
+        self._timeout = timeout
+        self._lock = threading.Lock()
+        self._cache: dict[str, str] = {}
+        self.queries = 0
+        self.hits = 0
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._cmd)
+
+    def get(self, host: str, *, refresh: bool = False) -> str | None:
+        """Location of ``host``; ``refresh=True`` re-runs the command (server re-registers).
+
+        Raises:
+            LocationMappingError: see :func:`run_location_mapping_cmd`. Not cached.
+        """
+        if not self._cmd:
+            return None
+        with self._lock:
+            self.queries += 1
+            if refresh:
+                self._cache.pop(host, None)
+            cached = self._cache.get(host)
+            if cached is not None:
+                self.hits += 1
+                return cached
+        location = run_location_mapping_cmd(self._cmd, host, self._timeout)
+        with self._lock:
+            return self._cache.setdefault(host, location)
+
+    def client_location(self, host: str) -> str | None:
+        """Location assigned to a client connecting from ``host``; ``None`` if unknown."""
+        try:
+            return self.get(host)
+        except LocationMappingError:
+            return None
+
+
+class ReadMode(str, enum.Enum):
+    """Replica selection for scans, as kudu-spark's ``kudu.scanLocality``."""
+
+    CLOSEST_REPLICA = "closest_replica"
+    LEADER_ONLY = "leader_only"
+    FIRST_REPLICA = "first_replica"
+
+
+#: Per-process tie-break seed: ties among equally close replicas are broken by a random
+#: choice that stays the same for the life of the process (so one client keeps reading the
+#: same replica, which keeps its block cache warm), but differs between clients.
+_PROCESS_SEED = random.SystemRandom().getrandbits(64)
+
+
+def _tie_break(seed: int, ts_uuid: str) -> bytes:
+    return hashlib.blake2b(ts_uuid.encode(), digest_size=8, key=seed.to_bytes(8, "big")).digest()
+
+
+def _common_prefix_len(a: str | None, b: str | None) -> int:
+    n = 0
+    for x, y in zip(location_components(a), location_components(b), strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def rank_replicas(
+    replicas: Sequence[Replica],
+    tservers: Mapping[str, TabletServer],
+    mode: ReadMode = ReadMode.CLOSEST_REPLICA,
+    *,
+    client_host: str | None = None,
+    client_location: str | None = None,
+    seed: int | None = None,
+) -> list[Replica]:
+    """Replicas of one tablet in the order a client should try them for a read.
+
+    Replicas on unknown or dead servers are left out.
+
+    * ``CLOSEST_REPLICA``: a replica on the client's own host, then the same location, then
+      the longest common location prefix, then any; ties by a per-process random choice
+      that is stable across calls (``seed`` overrides it, for tests).
+    * ``LEADER_ONLY``: only the leader (empty if no live leader is known).
+    * ``FIRST_REPLICA``: the replicas in config order.
+    """
+    live = [r for r in replicas if (ts := tservers.get(r.ts_uuid)) is not None and ts.live]
+    if mode is ReadMode.LEADER_ONLY:
+        return [r for r in live if r.is_leader][:1]
+    if mode is ReadMode.FIRST_REPLICA:
+        return live
+    key_seed = _PROCESS_SEED if seed is None else seed
+    depth = len(location_components(client_location))
+
+    def closeness(r: Replica) -> tuple[int, bytes]:
+        ts = tservers[r.ts_uuid]
+        if client_host is not None and ts.host == client_host:
+            rank = 0
+        elif client_location is not None and ts.location == client_location:
+            rank = 1
+        else:
+            # Longer common prefix = closer; no common prefix ranks last.
+            rank = 2 + depth - _common_prefix_len(ts.location, client_location)
+        return (rank, _tie_break(key_seed, r.ts_uuid))
+
+    return sorted(live, key=closeness)
+
+
+def select_replica(
+    replicas: Sequence[Replica],
+    tservers: Mapping[str, TabletServer],
+    mode: ReadMode = ReadMode.CLOSEST_REPLICA,
+    *,
+    client_host: str | None = None,
+    client_location: str | None = None,
+    seed: int | None = None,
+) -> Replica | None:
+    """The first choice of :func:`rank_replicas`, or ``None`` if there is none."""
+    ranked = rank_replicas(
+        replicas,
+        tservers,
+        mode,
+        client_host=client_host,
+        client_location=client_location,
+        seed=seed,
+    )
+    return ranked[0] if ranked else None
