@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from pyspark_kudu.consensus.messages import (
@@ -49,13 +49,23 @@ from pyspark_kudu.consensus.storage import MemoryStorage
 from pyspark_kudu.errors import (
     AbortedError,
     IllegalStateError,
+    KuduError,
     ServiceUnavailableError,
 )
 from pyspark_kudu.spark.peer import PeerRequest, PeerResponse, ReplicaState, RequestKind
 
-__all__ = ["FencedError", "PeerTransport", "RoundFailedError", "TabletLeader", "TabletReplicas"]
+__all__ = [
+    "FencedError",
+    "PeerTransport",
+    "RoundFailedError",
+    "TabletLeader",
+    "TabletReplicas",
+    "replicate",
+    "run_round",
+]
 
 _MAX_ROUND_ATTEMPTS = 3
+_MAX_ROUNDS = 8
 _MAX_CATCH_UP_STEPS = 16
 
 
@@ -150,7 +160,7 @@ class TabletLeader:
         self._view.set_hard_state(rd.hard_state)
         node.advance(rd)
         # Round 2: ask the others.
-        self._exchange({m.to: [m] for m in votes}, persist=None)
+        self._ask_votes(votes)
         if node.role != Role.LEADER:
             self.node = None
             raise FencedError(
@@ -163,55 +173,99 @@ class TabletLeader:
     # -- writes ------------------------------------------------------------------------------
     def propose(self, batches: Sequence[bytes]) -> list[tuple[int, int]]:
         """Replicate ``batches``; returns each one's (index, term) once committed."""
+        result = replicate(self._transport, {self: batches})[self]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def heartbeat(self) -> None:
+        """A commit-only round: tells followers the commit index and collects their progress."""
+        self._leader().step(Message(MessageType.BEAT, frm=self.leader_id))
+        self.flush()
+
+    def flush(self) -> None:
+        """Run rounds until the ``RaftNode`` has nothing more to persist or send."""
+        for _ in range(_MAX_ROUNDS):
+            errors = run_round(self._transport, [self])
+            if self in errors:
+                raise errors[self]
+            if not self._leader().has_ready():
+                return
+        raise IllegalStateError(f"tablet {self.tablet.tablet_id}: rounds did not quiesce")
+
+    # -- one round, in two halves (so that many tablets can share one stage) -----------------
+    def stage_proposals(self, batches: Sequence[bytes]) -> list[tuple[int, int]]:
+        """Append ``batches`` to the leader's log (not yet replicated); their positions."""
         node = self._leader()
         first = node.log.last_index() + 1
         node.propose_batch(batches)
-        positions = [(first + k, node.term) for k in range(len(batches))]
-        want = positions[-1][0] if positions else 0
-        # The commit index reaches followers with the next round; we do not pay a round for it.
-        self.flush(until_commit=want)
-        for _ in range(_MAX_ROUND_ATTEMPTS):
-            if node.commit_index >= want:
-                return positions
-            self.heartbeat(until_commit=want)
-        raise RoundFailedError(
-            f"tablet {self.tablet.tablet_id}: entries up to {want} did not reach a majority of "
-            f"voters {self.tablet.voters} (commit index {node.commit_index})"
-        )
+        return [(first + k, node.term) for k in range(len(batches))]
 
-    def heartbeat(self, until_commit: int | None = None) -> None:
-        """A commit-only round: tells followers the commit index and collects their progress."""
-        node = self._leader()
-        node.step(Message(MessageType.BEAT, frm=node.id))
-        self.flush(until_commit)
+    def committed(self, index: int) -> bool:
+        return self.node is not None and self.node.commit_index >= index
 
-    def flush(self, until_commit: int | None = None) -> None:
-        """Run rounds until the ``RaftNode`` has nothing more to persist or send, or (with
-        ``until_commit``) until that index is committed, whichever comes first."""
+    def start_round(self) -> _Round | None:
+        """Take the ``RaftNode``'s Ready and turn it into requests per tablet server."""
         node = self._leader()
-        for _ in range(64):
-            if until_commit is not None and node.commit_index >= until_commit:
-                return
-            if not node.has_ready():
-                return
-            rd = node.ready()
-            by_peer: dict[str, list[Message]] = {}
-            snaps: list[Message] = []
-            for m in rd.messages:
-                (snaps if m.type == MessageType.SNAP else by_peer.setdefault(m.to, [])).append(m)
-            self._exchange(by_peer, persist=rd)
-            # L persisted rd: mirror it, then let the RaftNode count L (its rule 3).
-            self._view.append(rd.entries)
-            if rd.hard_state is not None:
-                self._view.set_hard_state(rd.hard_state)
-            node.advance(rd)
-            for s in snaps:
-                self._catch_up(s.to)
-            if node.role != Role.LEADER:
-                raise FencedError(self.fenced_reason or (
-                    f"tablet {self.tablet.tablet_id}: {self.leader_id} is no longer the leader "
-                    f"(a newer term {node.term} exists)"))
-        raise IllegalStateError(f"tablet {self.tablet.tablet_id}: rounds did not quiesce")
+        if not node.has_ready():
+            return None
+        rd = node.ready()
+        reqs: dict[str, list[PeerRequest]] = {}
+        snaps: list[str] = []
+        for m in rd.messages:
+            if m.type == MessageType.SNAP:
+                snaps.append(m.to)
+                continue
+            lst = reqs.setdefault(m.to, [])
+            if lst and lst[-1].kind == RequestKind.STEP:
+                lst[-1] = replace(lst[-1], messages=(*lst[-1].messages, m))
+            else:
+                lst.append(PeerRequest(RequestKind.STEP, self.tablet.tablet_id, m.to,
+                                       messages=(m,)))
+        if rd.entries or rd.hard_state is not None:
+            reqs.setdefault(self.leader_id, []).insert(0, PeerRequest(
+                RequestKind.PERSIST, self.tablet.tablet_id, self.leader_id, term=node.term,
+                entries=rd.entries, hard_state=rd.hard_state))
+        return _Round(rd, reqs, snaps)
+
+    def finish_round(self, rnd: _Round,
+                     out: Mapping[str, Sequence[PeerResponse] | None]) -> None:
+        """Step the responses to ``rnd`` into the ``RaftNode`` and acknowledge its Ready."""
+        node = self._leader()
+        persist_sent = any(r.kind == RequestKind.PERSIST
+                           for r in rnd.requests.get(self.leader_id, []))
+        leader_persisted = not persist_sent
+        for ts, resps in out.items():
+            if resps is None:
+                continue
+            for req, resp in zip(rnd.requests[ts], resps, strict=True):
+                if req.kind == RequestKind.PERSIST:
+                    if resp.fenced:
+                        self.fenced_reason = resp.error
+                        self.node = None
+                        raise FencedError(resp.error)
+                    leader_persisted = resp.ok
+                for m in resp.messages:
+                    node.step(m)
+        if not leader_persisted:
+            # Without L's own write the Ready cannot be acknowledged (advance = "L persisted
+            # it"), so this leadership is over: the client must elect again.
+            self.node = None
+            raise RoundFailedError(
+                f"tablet {self.tablet.tablet_id}: the leader replica {self.leader_id} could not "
+                f"persist its log; elect a leader again (possibly on another replica)")
+        # L persisted the Ready: mirror it, then let the RaftNode count L (its rule 3).
+        self._view.append(rnd.ready.entries)
+        if rnd.ready.hard_state is not None:
+            self._view.set_hard_state(rnd.ready.hard_state)
+        node.advance(rnd.ready)
+        for follower in rnd.snaps:
+            self._catch_up(follower)
+        if node.role != Role.LEADER:
+            self.node = None
+            raise FencedError(self.fenced_reason or (
+                f"tablet {self.tablet.tablet_id}: {self.leader_id} is no longer the leader "
+                f"(a newer term {node.term} exists)"))
 
     # -- internals ---------------------------------------------------------------------------
     def _leader(self) -> RaftNode:
@@ -239,47 +293,16 @@ class TabletLeader:
             f"tablet {req.tablet_id}: tablet server {ts} did not answer {req.kind.value} "
             f"after {_MAX_ROUND_ATTEMPTS} attempts")
 
-    def _exchange(self, by_peer: Mapping[str, Sequence[Message]], persist: Ready | None) -> None:
-        """One round: PERSIST on the leader replica (if ``persist``), STEP on the followers."""
+    def _ask_votes(self, votes: Sequence[Message]) -> None:
         node = self.node
         assert node is not None
-        reqs: dict[str, list[PeerRequest]] = {
-            to: [PeerRequest(RequestKind.STEP, self.tablet.tablet_id, to, messages=tuple(ms))]
-            for to, ms in by_peer.items()
-        }
-        if persist is not None and (persist.entries or persist.hard_state is not None):
-            reqs.setdefault(self.leader_id, []).insert(0, PeerRequest(
-                RequestKind.PERSIST, self.tablet.tablet_id, self.leader_id, term=node.term,
-                entries=persist.entries, hard_state=persist.hard_state))
-        if not reqs:
-            return
-        leader_persisted = self.leader_id not in reqs or not any(
-            r.kind == RequestKind.PERSIST for r in reqs[self.leader_id])
-        for _attempt in range(_MAX_ROUND_ATTEMPTS):
-            skip = self._transport.unreachable()
-            live = {ts: rs for ts, rs in reqs.items() if ts not in skip}
-            if not live:
-                break
-            out = self._transport.run(live)
-            if all(v is None for v in out.values()):
-                continue  # the stage failed as a whole: retry without unreachable servers
-            for ts, resps in out.items():
-                if resps is None:
-                    continue
-                for req, resp in zip(live[ts], resps, strict=True):
-                    if req.kind == RequestKind.PERSIST:
-                        if resp.fenced:
-                            self.fenced_reason = resp.error
-                            raise FencedError(resp.error)
-                        leader_persisted = leader_persisted or resp.ok
-                    for m in resp.messages:
-                        node.step(m)
-            break
-        if not leader_persisted:
-            # Without L's own write we must not advance (advance = "L persisted this").
-            raise RoundFailedError(
-                f"tablet {self.tablet.tablet_id}: the leader replica {self.leader_id} could not "
-                f"persist its log; elect a leader on another replica")
+        reqs = {m.to: [PeerRequest(RequestKind.STEP, self.tablet.tablet_id, m.to,
+                                   messages=(m,))] for m in votes}
+        out = _run_with_retries(self._transport, reqs)
+        for resps in out.values():
+            for resp in resps or ():
+                for m in resp.messages:
+                    node.step(m)
 
     def _catch_up(self, follower: str) -> None:
         """Copy the entries a lagging follower misses from the leader replica's log."""
@@ -313,6 +336,100 @@ class TabletLeader:
                 return False
             lo = max(min(acks[-1].reject_hint + 1, lo - 1), 1)
         return False
+
+
+@dataclass(frozen=True)
+class _Round:
+    ready: Ready
+    requests: dict[str, list[PeerRequest]]
+    snaps: list[str]
+
+
+def _run_with_retries(transport: PeerTransport, reqs: Mapping[str, Sequence[PeerRequest]]
+                      ) -> dict[str, list[PeerResponse] | None]:
+    """Run a round; when the stage fails as a whole, retry without unreachable servers."""
+    out: dict[str, list[PeerResponse] | None] = {}
+    for _ in range(_MAX_ROUND_ATTEMPTS):
+        skip = transport.unreachable()
+        live = {ts: rs for ts, rs in reqs.items() if ts not in skip}
+        if not live:
+            return {}
+        out = transport.run(live)
+        if any(v is not None for v in out.values()):
+            return out
+    return out
+
+
+def run_round(transport: PeerTransport, leaders: Sequence[TabletLeader]
+              ) -> dict[TabletLeader, KuduError]:
+    """One round for many tablets: ONE stage carries every tablet's requests.
+
+    Returns the leaders whose round failed, with the error (the others advanced).
+    """
+    rounds = {lead: r for lead in leaders if (r := lead.start_round()) is not None}
+    merged: dict[str, list[PeerRequest]] = {}
+    owners: dict[str, list[TabletLeader]] = {}
+    for lead, rnd in rounds.items():
+        for ts, reqs in rnd.requests.items():
+            merged.setdefault(ts, []).extend(reqs)
+            owners.setdefault(ts, []).extend([lead] * len(reqs))
+    out = _run_with_retries(transport, merged) if merged else {}
+    per_leader: dict[TabletLeader, dict[str, list[PeerResponse] | None]] = {
+        lead: {} for lead in rounds}
+    for ts, resps in out.items():
+        if resps is None:
+            for lead in set(owners[ts]):
+                per_leader[lead][ts] = None
+            continue
+        for owner, resp in zip(owners[ts], resps, strict=True):
+            per_leader[owner].setdefault(ts, []).append(resp)  # type: ignore[union-attr]
+    errors: dict[TabletLeader, KuduError] = {}
+    for lead, rnd in rounds.items():
+        try:
+            lead.finish_round(rnd, per_leader[lead])
+        except KuduError as e:
+            errors[lead] = e
+    return errors
+
+
+def replicate(transport: PeerTransport, proposals: Mapping[TabletLeader, Sequence[bytes]]
+              ) -> dict[TabletLeader, list[tuple[int, int]] | KuduError]:
+    """Replicate each leader's batches; all tablets share rounds. Per leader: the batches'
+    (index, term) once committed on a majority, or the error that stopped it."""
+    results: dict[TabletLeader, list[tuple[int, int]] | KuduError] = {}
+    want: dict[TabletLeader, int] = {}
+    positions: dict[TabletLeader, list[tuple[int, int]]] = {}
+    for lead, batches in proposals.items():
+        try:
+            positions[lead] = lead.stage_proposals(batches)
+        except KuduError as e:
+            results[lead] = e
+            continue
+        want[lead] = positions[lead][-1][0] if positions[lead] else 0
+    pending = [lead for lead in want if not lead.committed(want[lead])]
+    for _ in range(_MAX_ROUNDS):
+        if not pending:
+            break
+        for lead in pending:
+            node = lead.node
+            if node is not None and not node.has_ready():
+                # Nothing in flight but not committed: a heartbeat makes followers answer.
+                node.step(Message(MessageType.BEAT, frm=lead.leader_id))
+        errors = run_round(transport, pending)
+        results.update(errors)
+        pending = [lead for lead in pending
+                   if lead not in errors and not lead.committed(want[lead])]
+    for lead in want:
+        if lead in results:
+            continue
+        if lead.committed(want[lead]):
+            results[lead] = positions[lead]
+        else:
+            results[lead] = RoundFailedError(
+                f"tablet {lead.tablet.tablet_id}: entries up to {want[lead]} did not reach a "
+                f"majority of voters {lead.tablet.voters} "
+                f"(commit index {lead.node.commit_index if lead.node else 'unknown'})")
+    return results
 
 
 def _leader_view(state: ReplicaState) -> MemoryStorage:

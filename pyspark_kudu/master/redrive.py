@@ -1,0 +1,119 @@
+"""Work the leader master asks of a tablet server in a heartbeat response (re-driving).
+
+Seed: kudu-multi-master, KUDU-1374 and "Send full heartbeats to newly elected leader
+masters". Table-wide operations complete tablet by tablet, so a catalog may say "deleted" or
+"schema version 3" while some replicas are not there yet. Whatever is pending is derived
+from the catalog and the tablet server's report -- never from a leader's memory -- so a new
+leader that receives a full report re-drives everything its predecessor left unfinished:
+
+- a reported replica of a tablet whose record is a tombstone (deleted table), or which its
+  tablet's config no longer lists (evicted), is deleted (``delete_tablet``). Fencing: only
+  tablets with a persistent record are ever deleted; a tablet the catalog has never heard
+  of (a true orphan) is left alone;
+- a replica running an older schema version than its table is altered (``alter_tablet``);
+- a tablet this server leads that is under-replicated (fewer voters than the replication
+  factor, a replica on a server that stopped heartbeating, or a REPLACE mark) gets a new
+  replica placed with :func:`~pyspark_kudu.master.placement.place_extra_replica`
+  (``add_replica``, as NON_VOTER: Raft config change seed, 3-4-3); one that is
+  over-replicated sheds its REPLACE-marked or dead replica (``remove_replica``);
+- on a *full* report, tablets the catalog assigns to the server that it did not report are
+  created again (``create_tablet``, the seed's "nudge").
+
+Thread-safety: pure functions apart from consuming ``rng``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Collection, Sequence
+from typing import Any
+
+from pyspark_kudu.master.catalog import Catalog
+from pyspark_kudu.master.ddl import cluster_snapshot
+from pyspark_kudu.master.entities import MemberType, TableState, TabletMeta, TabletState
+from pyspark_kudu.master.placement import place_extra_replica
+from pyspark_kudu.master.records import TabletReport
+from pyspark_kudu.master.topology import PlacementConfig, Table, Tablet
+
+__all__ = ["pending_actions"]
+
+Action = dict[str, Any]
+
+
+def pending_actions(
+    catalog: Catalog,
+    ts_uuid: str,
+    reports: Sequence[TabletReport],
+    *,
+    full: bool,
+    live: Collection[str],
+    rng: random.Random,
+    placement_config: PlacementConfig | None = None,
+) -> list[Action]:
+    """The actions for ``ts_uuid`` given the tablets it reported (see the module rules)."""
+    out: list[Action] = []
+    reported = set()
+    for rep in reports:
+        reported.add(rep.tablet_id)
+        tb = catalog.tablets.get(rep.tablet_id)
+        if tb is None:
+            continue  # true orphan: never deleted (fencing)
+        if tb.state is TabletState.DELETED:
+            table = catalog.tables.get(tb.table_id)
+            why = f"table {table.name!r} was deleted" if table is not None else "tablet deleted"
+            out.append({"action": "delete_tablet", "tablet_id": tb.tablet_id, "reason": why,
+                        "tombstoned": True})
+            continue
+        if tb.replica(ts_uuid) is None and tb.config_index > 0:
+            out.append({"action": "delete_tablet", "tablet_id": tb.tablet_id,
+                        "reason": f"replica on {ts_uuid} was evicted from the config",
+                        "cas_config_index": tb.config_index, "tombstoned": False})
+            continue
+        table = catalog.tables[tb.table_id]
+        if rep.schema_version is not None and rep.schema_version < table.schema_version:
+            out.append({"action": "alter_tablet", "tablet_id": tb.tablet_id,
+                        "schema_version": table.schema_version,
+                        "schema": table.schema.to_dict()})
+        if tb.leader == ts_uuid:
+            out.extend(_replication_actions(catalog, tb, live, rng, placement_config))
+    if full:
+        for tb in catalog.tablets.values():
+            if (tb.tablet_id not in reported and tb.state is not TabletState.DELETED
+                    and tb.replica(ts_uuid) is not None):
+                table = catalog.tables[tb.table_id]
+                out.append({"action": "create_tablet", "tablet_id": tb.tablet_id,
+                            "table_id": tb.table_id, "table_name": table.name,
+                            "partition": tb.partition.to_dict(),
+                            "replicas": [r.to_dict() for r in tb.replicas],
+                            "schema": table.schema.to_dict(),
+                            "schema_version": table.schema_version})
+    return sorted(out, key=lambda a: (a["tablet_id"], a["action"]))
+
+
+def _replication_actions(
+    catalog: Catalog, tb: TabletMeta, live: Collection[str], rng: random.Random,
+    placement_config: PlacementConfig | None,
+) -> list[Action]:
+    table = catalog.tables[tb.table_id]
+    if table.state is TableState.DELETED:
+        return []
+    rf = table.replication_factor
+    voters = [r for r in tb.replicas if r.member_type is MemberType.VOTER]
+    doomed = [r.ts_uuid for r in tb.replicas if r.replace or r.ts_uuid not in live]
+    healthy_voters = [r for r in voters if r.ts_uuid not in doomed]
+    if len(voters) > rf and doomed:
+        return [{"action": "remove_replica", "tablet_id": tb.tablet_id, "ts_uuid": doomed[0],
+                 "cas_config_index": tb.config_index}]
+    non_voters = [r for r in tb.replicas if r.member_type is MemberType.NON_VOTER
+                  and r.ts_uuid not in doomed]
+    if len(healthy_voters) + len(non_voters) >= rf:
+        return []  # enough replicas (some may be catching up as NON_VOTER)
+    topo_table = Table(table.table_id, table.name, rf,
+                       None if table.constraint is None else table.constraint.to_topology())
+    snap = cluster_snapshot(catalog, live, (topo_table,), placement_config)
+    dest = place_extra_replica(snap, Tablet(tb.tablet_id, tb.table_id, tb.to_topology()), rng,
+                               replacing=doomed)
+    if dest is None:
+        return []
+    return [{"action": "add_replica", "tablet_id": tb.tablet_id, "ts_uuid": dest,
+             "member_type": MemberType.NON_VOTER.value, "cas_config_index": tb.config_index}]

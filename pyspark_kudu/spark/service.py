@@ -1,0 +1,106 @@
+"""Group commit at round level: concurrent writes from one client share replication rounds.
+
+A round costs a Spark stage (~0.1-0.3 s, DESIGN §4) whatever it carries, so a client with
+many writer threads must not run one stage per write. :class:`ReplicationService` owns the
+client's :class:`~pyspark_kudu.spark.leader.TabletLeader`s and one round thread: writers
+:meth:`~ReplicationService.submit` batches and wait on a future; the round thread takes
+*everything* queued, appends it to the tablets' leaders and replicates all of it with
+:func:`~pyspark_kudu.spark.leader.replicate` (one stage per round for all tablets). Writes
+that arrive while a round runs ride the next one: the same shape as the WAL's group commit,
+one level up.
+
+A write's future resolves to its batches' ``(index, term)`` once committed on a majority, or
+to the error that stopped its tablet (the other tablets of the round are unaffected).
+
+Thread-safety: thread-safe. ``submit`` may be called from any thread; only the round thread
+touches the leaders (they are not thread-safe themselves).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from pyspark_kudu.errors import IllegalStateError, KuduError
+from pyspark_kudu.spark.leader import PeerTransport, TabletLeader, replicate
+
+__all__ = ["ReplicationService"]
+
+
+@dataclass
+class _Write:
+    leader: TabletLeader
+    batches: tuple[bytes, ...]
+    future: Future[list[tuple[int, int]]] = field(default_factory=Future)
+
+
+class ReplicationService:
+    """Runs rounds for queued writes on a background thread until :meth:`close`."""
+
+    def __init__(self, transport: PeerTransport) -> None:
+        self._transport = transport
+        self._queue: list[_Write] = []
+        self._cv = threading.Condition()
+        self._closed = False
+        self.rounds = 0
+        self.writes = 0
+        self._thread = threading.Thread(target=self._loop, name="kudu-replication",
+                                        daemon=True)
+        self._thread.start()
+
+    def submit(self, leader: TabletLeader, batches: Sequence[bytes]
+               ) -> Future[list[tuple[int, int]]]:
+        w = _Write(leader, tuple(batches))
+        with self._cv:
+            if self._closed:
+                raise IllegalStateError("the replication service is closed")
+            self._queue.append(w)
+            self._cv.notify()
+        return w.future
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+        self._thread.join()
+
+    def __enter__(self) -> ReplicationService:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._queue and not self._closed:
+                    self._cv.wait()
+                if not self._queue and self._closed:
+                    return
+                batch, self._queue = self._queue, []
+            self._run(batch)
+
+    def _run(self, writes: list[_Write]) -> None:
+        per_leader: dict[TabletLeader, list[_Write]] = {}
+        for w in writes:
+            per_leader.setdefault(w.leader, []).append(w)
+        proposals = {lead: [b for w in ws for b in w.batches] for lead, ws in per_leader.items()}
+        self.rounds += 1
+        self.writes += len(writes)
+        try:
+            results = replicate(self._transport, proposals)
+        except KuduError as e:  # a failure of the whole call fails every write in it
+            for w in writes:
+                w.future.set_exception(e)
+            return
+        for lead, ws in per_leader.items():
+            res = results[lead]
+            offset = 0
+            for w in ws:
+                if isinstance(res, Exception):
+                    w.future.set_exception(res)
+                else:
+                    w.future.set_result(res[offset:offset + len(w.batches)])
+                offset += len(w.batches)

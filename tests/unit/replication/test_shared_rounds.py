@@ -1,0 +1,75 @@
+"""Many tablets share one stage per round, and concurrent writers share rounds."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from pyspark_kudu.spark.leader import TabletLeader, TabletReplicas, replicate
+from pyspark_kudu.spark.service import ReplicationService
+from pyspark_kudu.spark.transport import DirectTransport
+from pyspark_kudu.wal import SyncPolicy, WalOptions
+
+OPTS = WalOptions(segment_size=1 << 20, sync_policy=SyncPolicy.FDATASYNC, preallocate=False)
+TS = ("ts-a", "ts-b", "ts-c")
+
+
+@pytest.fixture
+def transport(tmp_path: Path) -> DirectTransport:
+    return DirectTransport({ts: str(tmp_path / ts) for ts in TS}, OPTS)
+
+
+def _leaders(t: DirectTransport, n: int) -> list[TabletLeader]:
+    out = []
+    for k in range(n):
+        tablet = TabletReplicas(f"tab-{k}", TS)
+        lead = TabletLeader(tablet, TS[k % 3], t)
+        lead.create()
+        lead.elect()
+        out.append(lead)
+    return out
+
+
+def test_writes_to_many_tablets_cost_the_rounds_of_one(transport: DirectTransport) -> None:
+    one = _leaders(transport, 1)
+    before = transport.rounds
+    replicate(transport, {one[0]: [b"x"]})
+    rounds_for_one = transport.rounds - before
+
+    many = _leaders(transport, 6)
+    before = transport.rounds
+    results = replicate(transport, {lead: [f"{k}".encode()] for k, lead in enumerate(many)})
+    assert all(not isinstance(r, Exception) for r in results.values()), results
+    assert transport.rounds - before == rounds_for_one
+
+
+def test_concurrent_writers_share_rounds_and_each_gets_its_own_positions(
+    transport: DirectTransport,
+) -> None:
+    (lead,) = _leaders(transport, 1)
+    writers = 16
+    per_writer = 5
+    positions: dict[int, list[tuple[int, int]]] = {}
+    with ReplicationService(transport) as svc:
+        start = threading.Barrier(writers)
+
+        def write(w: int) -> None:
+            start.wait()
+            got: list[tuple[int, int]] = []
+            for i in range(per_writer):
+                got += svc.submit(lead, [f"{w}-{i}".encode()]).result(timeout=60)
+            positions[w] = got
+
+        threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert svc.writes == writers * per_writer
+        assert svc.rounds < svc.writes, "no two writes shared a round"
+    indexes = [i for got in positions.values() for i, _ in got]
+    assert len(indexes) == len(set(indexes)) == writers * per_writer
+    assert lead.node is not None
+    assert max(indexes) <= lead.node.commit_index
