@@ -65,17 +65,20 @@ from pyspark_kudu.fileio import FileIO
 from pyspark_kudu.wal import WalOptions, WalStorage
 
 __all__ = [
+    "WRITERS_FILE",
     "Applier",
     "PeerRequest",
     "PeerResponse",
     "ReplicaState",
     "RequestKind",
     "handle_requests",
+    "read_writers",
     "tablet_dir",
 ]
 
 _TAIL_LIMIT_BYTES = 64 * 1024 * 1024
 _APPLIED_FILE = "applied"
+WRITERS_FILE = "writers"
 _LOCK_FILE = "lock"
 
 
@@ -250,11 +253,12 @@ def _persist_leader(
     fresh = _not_yet_present(storage, req.entries)
     if fresh:
         storage.append(fresh)
+        _record_writer(io, host, fresh)
     if req.hard_state is not None:
         commit = min(max(hs.commit, req.hard_state.commit), storage.last_index())
         storage.set_hard_state(HardState(hs.term, hs.vote, commit))
     new_hs, _ = storage.initial_state()
-    applied_now = _apply_committed(io, storage, applied, new_hs.commit, applier)
+    applied_now = _apply_committed(io, storage, applied, new_hs.commit, applier, host)
     return _ok(req, host, last_index=storage.last_index(), applied=applied_now)
 
 
@@ -270,6 +274,7 @@ def _not_yet_present(storage: WalStorage, entries: Sequence[Entry]) -> list[Entr
 
 def _apply_committed(
     io: FileIO, storage: WalStorage, applied: int, commit: int, applier: Applier | None,
+    host: str,
 ) -> tuple[int, ...]:
     """Leader replica: apply what its client declared committed (configuration included).
 
@@ -280,7 +285,7 @@ def _apply_committed(
         return ()
     node = RaftNode(Config(id="_", storage=storage, applied=applied, rng=random.Random(0)))
     span: list[int] = []
-    _drain(node, storage, io, [], span, applier)
+    _drain(node, storage, io, [], span, applier, host)
     return (span[0], span[-1]) if span else ()
 
 
@@ -295,18 +300,37 @@ def _step_follower(
     ))
     out: list[Message] = []
     span: list[int] = []
-    _drain(node, storage, io, out, span, applier)  # catch up configuration first
+    _drain(node, storage, io, out, span, applier, host)  # catch up configuration first
     for m in req.messages:
         node.step(m)
-        _drain(node, storage, io, out, span, applier)
+        _drain(node, storage, io, out, span, applier, host)
     return _ok(req, host, messages=tuple(m for m in out if m.to != NONE),
                last_index=storage.last_index(),
                applied=(span[0], span[-1]) if span else ())
 
 
+def _record_writer(io: FileIO, host: str, entries: Sequence[Entry]) -> None:
+    """Append ``<host> <first> <last>`` to ``<tablet>/writers``: which host wrote which log
+    entries, so tests (and operators) can check that only the replica's host ever did."""
+    with open(io.local_path(WRITERS_FILE), "a") as f:
+        f.write(f"{host} {entries[0].index} {entries[-1].index}\n")
+
+
+def read_writers(root: str, tablet_id: str) -> list[tuple[str, int, int]]:
+    """The ``(host, first, last)`` lines of a replica's writers record."""
+    io = tablet_dir(root, tablet_id)
+    if not io.exists(WRITERS_FILE):
+        return []
+    out = []
+    for line in io.read_bytes(WRITERS_FILE).decode().splitlines():
+        host, first, last = line.split()
+        out.append((host, int(first), int(last)))
+    return out
+
+
 def _drain(
     node: RaftNode, storage: WalStorage, io: FileIO, out: list[Message], span: list[int],
-    applier: Applier | None,
+    applier: Applier | None, host: str = "",
 ) -> None:
     while node.has_ready():
         rd = node.ready()
@@ -314,6 +338,7 @@ def _drain(
             storage.apply_snapshot(rd.snapshot)
         if rd.entries:
             storage.append(rd.entries)
+            _record_writer(io, host, rd.entries)
         if rd.hard_state is not None:
             storage.set_hard_state(rd.hard_state)
         out.extend(rd.messages)

@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 
 from pyspark_kudu.consensus.messages import EntryType
 from pyspark_kudu.spark.leader import TabletLeader, TabletReplicas
-from pyspark_kudu.spark.peer import tablet_dir
+from pyspark_kudu.spark.peer import read_writers, tablet_dir
 from pyspark_kudu.spark.pinned import executor_hosts, pinned_rdd
 from pyspark_kudu.spark.rounds import SparkTransport, TabletServerLocation
 from pyspark_kudu.spark.standalone import StandaloneCluster
@@ -51,6 +51,9 @@ def test_rf3_writes_land_only_in_the_replicas_data_roots(
         assert holds == (s in replicas), f"{s.host} holds={holds}"
         if holds:
             assert _writes(root, tablet.tablet_id) == [b"a", b"b"]
+            writers = read_writers(str(root), tablet.tablet_id)
+            assert writers, f"no writer recorded on {s.host}"
+            assert {w[0] for w in writers} == {s.host}, f"{s.host}'s log written by {writers}"
     assert transport.failed_rounds == 0
 
 

@@ -1,0 +1,137 @@
+"""Turning versions into rowset files: the data side of flush and compaction.
+
+Both produce PK-sorted rowsets from a set of versions and drop what no permitted snapshot can
+see:
+
+- a version with ``end <= begin`` was replaced within the same log entry (an INSERT and an
+  UPDATE of one key in one batch) and is visible at no snapshot;
+- a version with ``end <= H`` is invisible at every snapshot ``>= H``, where ``H`` is the
+  history-retention index (the tablet's ancient history mark). Live versions are always kept.
+
+A flush drops only what the current mark allows; a compaction may raise the mark first and
+then merges its input rowsets, resolving their deltas into the ``__kudu_end`` column of the
+output, so the output needs no delta files. Splitting a large output happens at key
+boundaries, so all versions of one key stay in one file and key ranges do not overlap.
+
+Compaction reads its inputs fully into memory (a k-way streaming merge would bound memory;
+rowsets here are bounded by the flush threshold and the compaction target size).
+
+Thread-safety: pure functions over their arguments; file writes go to new names only.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pyspark_kudu.fileio import FileIO
+from pyspark_kudu.schema import Schema
+from pyspark_kudu.tablet.keys import (
+    END_COLUMN,
+    LIVE,
+    ROW_COLUMN,
+    TS_COLUMN,
+    is_exact_probe,
+    key_probe,
+)
+from pyspark_kudu.tablet.rowset import DiskRowSet, RowSetMeta, rowset_file, write_parquet
+
+__all__ = ["merge_rowsets", "prepare_versions", "split_at_keys", "write_rowset"]
+
+I64 = npt.NDArray[np.int64]
+_ENCODINGS = {ROW_COLUMN: "DELTA_BINARY_PACKED"}
+
+
+def _sort(table: pa.Table, schema: Schema) -> pa.Table:
+    """Sort by key, then ts. Inputs list the versions of one key in ts order (apply order,
+    or an already sorted rowset), so a stable sort by key alone suffices for integer keys."""
+    if is_exact_probe(schema) and table.num_rows:
+        key = key_probe(table, schema)
+        if bool(np.all(key[1:] > key[:-1])):
+            return table  # strictly increasing keys (sequential inserts): already sorted
+        if bool(np.all(np.diff(table.column(TS_COLUMN).to_numpy()) >= 0)):
+            return table.take(pa.array(np.argsort(key, kind="stable")))
+    keys = [(k, "ascending") for k in schema.primary_key] + [(TS_COLUMN, "ascending")]
+    return table.take(pc.sort_indices(table, sort_keys=keys))
+
+
+def prepare_versions(schema: Schema, table: pa.Table, begin: I64, end: I64,
+                     history_mark: int) -> pa.Table:
+    """MemRowSet versions (schema columns) -> sorted table with ``ts``/``end`` columns."""
+    keep = (end > begin) & (end > history_mark)
+    table = table.select(schema.names)
+    if not keep.all():
+        table = table.filter(pa.array(keep))
+    table = table.append_column(pa.field(TS_COLUMN, pa.int64(), nullable=False),
+                                pa.array(begin[keep], type=pa.int64()))
+    table = table.append_column(pa.field(END_COLUMN, pa.int64(), nullable=False),
+                                pa.array(end[keep], type=pa.int64()))
+    return _sort(table, schema)
+
+
+def merge_rowsets(schema: Schema, rowsets: Sequence[DiskRowSet], history_mark: int) -> pa.Table:
+    """All versions of ``rowsets`` visible at some snapshot ``>= history_mark``, sorted."""
+    parts = []
+    for rs in rowsets:
+        t = rs.read_all()
+        end = np.array(t.column(END_COLUMN).to_numpy(), dtype=np.int64)
+        rows, ends = rs.deltas()
+        end[rows] = ends
+        ts = np.asarray(t.column(TS_COLUMN).to_numpy(), dtype=np.int64)
+        keep = (end > ts) & (end > history_mark)
+        t = t.drop_columns([END_COLUMN, ROW_COLUMN]).append_column(
+            pa.field(END_COLUMN, pa.int64(), nullable=False), pa.array(end, type=pa.int64()))
+        parts.append(t.filter(pa.array(keep)))
+    if not parts:
+        return pa.table({})
+    return _sort(pa.concat_tables(parts), schema)
+
+
+def split_at_keys(table: pa.Table, schema: Schema, target_rows: int) -> list[pa.Table]:
+    """Cut a sorted table into pieces of about ``target_rows`` rows, never inside a key."""
+    n = table.num_rows
+    if n <= target_rows:
+        return [table]
+    keys = table.select(list(schema.primary_key))
+    cuts = [0]
+    at = target_rows
+    while at < n:
+        # Move the cut forward past the versions of the key that straddles it.
+        prev = keys.slice(at - 1, 1).to_pylist()[0]
+        while at < n and keys.slice(at, 1).to_pylist()[0] == prev:
+            at += 1
+        if at < n:
+            cuts.append(at)
+        at += target_rows
+    cuts.append(n)
+    return [table.slice(a, b - a) for a, b in itertools.pairwise(cuts) if b > a]
+
+
+def write_rowset(fileio: FileIO, rowset_id: int, table: pa.Table, schema: Schema,
+                 row_group_rows: int) -> DiskRowSet:
+    """Write a sorted ``(schema columns, ts, end)`` table as rowset ``rowset_id``."""
+    n = table.num_rows
+    table = table.append_column(pa.field(ROW_COLUMN, pa.int64(), nullable=False),
+                                pa.array(np.arange(n, dtype=np.int64)))
+    name = rowset_file(rowset_id)
+    size = write_parquet(fileio, name, table, row_group_rows, _ENCODINGS)
+    ts = np.asarray(table.column(TS_COLUMN).to_numpy(), dtype=np.int64)
+    end = np.array(table.column(END_COLUMN).to_numpy(), dtype=np.int64)
+    pk = list(schema.primary_key)
+    first = table.slice(0, 1).select(pk).to_pylist()[0]
+    last = table.slice(n - 1, 1).select(pk).to_pylist()[0]
+    ended = end[end != LIVE]
+    meta = RowSetMeta(
+        id=rowset_id, file=name, num_rows=n, size_bytes=size,
+        min_key=tuple(first[k] for k in pk), max_key=tuple(last[k] for k in pk),
+        min_ts=int(ts.min()), max_ts=int(ts.max()),
+        min_end=int(ended.min()) if len(ended) else None,
+    )
+    rowset = DiskRowSet(meta, fileio, schema)
+    rowset.keep_index_source(table.select(pk), ts, end)
+    return rowset

@@ -1,0 +1,331 @@
+"""Disk rowsets: immutable, PK-sorted Parquet files of row versions, plus their delta files.
+
+A rowset file ``rowsets/<id>.parquet`` holds the schema columns and three internal ones:
+``__kudu_ts`` (version begin), ``__kudu_end`` (version end known when the file was written,
+:data:`~pyspark_kudu.tablet.keys.LIVE` otherwise) and ``__kudu_row`` (the row's position,
+delta-encoded so it costs almost nothing). Rows are sorted by primary key, then ``ts``.
+Row groups carry min/max statistics, which scans use for row-group pruning; the superblock
+keeps each rowset's min/max key and ts range, which scans and writes use to skip whole files.
+
+Later operations that end a version stored here are **deltas** ``(row, end)``. They are kept in
+memory and written at the next flush as ``rowsets/<id>.delta.<flush_index>.parquet``, listed
+under the rowset in the superblock (Kudu's REDO delta files, reduced to end timestamps).
+
+Thread-safety: a :class:`DiskRowSet` is shared by the tablet's writer (under the tablet lock)
+and by concurrent scans. Scans only read immutable files and arrays copied under the tablet
+lock; pin counts are guarded by the rowset's own lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from pyspark_kudu.fileio import FileIO
+from pyspark_kudu.schema import Schema, values_from_json, values_to_json
+from pyspark_kudu.tablet.keys import END_COLUMN, ROW_COLUMN, TS_COLUMN, KeyIndex
+
+__all__ = [
+    "DeltaFileMeta",
+    "DiskRowSet",
+    "RowSetMeta",
+    "arrow_filesystem",
+    "delta_file",
+    "physical_schema",
+    "read_delta_file",
+    "rowset_file",
+    "write_delta_file",
+    "write_parquet",
+]
+
+I64 = npt.NDArray[np.int64]
+_DELTA_SCHEMA = pa.schema([pa.field("row", pa.int64(), nullable=False),
+                           pa.field("end", pa.int64(), nullable=False)])
+
+
+def physical_schema(schema: Schema) -> pa.Schema:
+    """Arrow schema of a rowset file: the table's columns, then the internal ones."""
+    return pa.schema([
+        *schema.arrow_schema,
+        pa.field(TS_COLUMN, pa.int64(), nullable=False),
+        pa.field(END_COLUMN, pa.int64(), nullable=False),
+        pa.field(ROW_COLUMN, pa.int64(), nullable=False),
+    ])
+
+
+def arrow_filesystem(fileio: FileIO, name: str) -> tuple[pafs.FileSystem, str]:
+    """The Arrow filesystem and path of ``name`` under ``fileio``.
+
+    FileIO chooses the location; local roots read through Arrow's native filesystem because its
+    Parquet reader then prefetches and decodes column chunks in parallel without the GIL.
+    Other fsspec URLs are wrapped with ``FSSpecHandler``.
+    """
+    if fileio.is_local:
+        return pafs.LocalFileSystem(), fileio.local_path(name)
+    path = fileio.path(name)
+    return pafs.PyFileSystem(pafs.FSSpecHandler(fileio.fs)), fileio.fs._strip_protocol(path)
+
+
+def _dictionary_columns(table: pa.Table, encodings: dict[str, str]) -> list[str]:
+    """Columns to dictionary-encode: strings and binary, plus the internal timestamp columns.
+
+    Kudu's defaults likewise dictionary-encode only strings (numbers get bit-shuffle). With
+    row groups of tens of thousands of rows, dictionary pages for high-cardinality numeric
+    columns double the write time and are dropped by the encoder anyway.
+    """
+    out = []
+    for f in table.schema:
+        if f.name in encodings:
+            continue
+        if (pa.types.is_string(f.type) or pa.types.is_binary(f.type)
+                or f.name in (TS_COLUMN, END_COLUMN)):
+            out.append(f.name)
+    return out
+
+
+def write_parquet(fileio: FileIO, name: str, table: pa.Table, row_group_rows: int,
+                  encodings: dict[str, str] | None = None) -> int:
+    """Write ``table`` to ``name`` durably (fsync) and return the file size."""
+    encodings = encodings or {}
+    dictionary = _dictionary_columns(table, encodings)
+    with fileio.open(name, mode="wb") as f:
+        writer = pq.ParquetWriter(f, table.schema, compression="snappy",
+                                  use_dictionary=dictionary, column_encoding=encodings or None,
+                                  write_statistics=True)
+        writer.write_table(table, row_group_size=max(1, row_group_rows))
+        writer.close()
+        fileio.fsync(f)
+        size = int(f.tell())
+    return size
+
+
+def write_delta_file(fileio: FileIO, name: str, rows: I64, ends: I64) -> int:
+    order = np.argsort(rows, kind="stable")
+    table = pa.Table.from_arrays([pa.array(rows[order]), pa.array(ends[order])],
+                                 schema=_DELTA_SCHEMA)
+    return write_parquet(fileio, name, table, 1 << 20, {"row": "DELTA_BINARY_PACKED"})
+
+
+def read_delta_file(fileio: FileIO, name: str) -> tuple[I64, I64]:
+    fs, path = arrow_filesystem(fileio, name)
+    t = pq.read_table(path, filesystem=fs)
+    return (np.asarray(t.column("row").to_numpy(), dtype=np.int64),
+            np.asarray(t.column("end").to_numpy(), dtype=np.int64))
+
+
+@dataclass(frozen=True)
+class DeltaFileMeta:
+    file: str
+    rows: int
+    min_end: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "rows": self.rows, "min_end": self.min_end}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DeltaFileMeta:
+        return cls(str(d["file"]), int(d["rows"]), int(d["min_end"]))
+
+
+@dataclass(frozen=True)
+class RowSetMeta:
+    """A rowset as recorded in the superblock; enough to prune without opening the file."""
+
+    id: int
+    file: str
+    num_rows: int
+    size_bytes: int
+    min_key: tuple[Any, ...]
+    max_key: tuple[Any, ...]
+    min_ts: int
+    max_ts: int
+    min_end: int | None  # smallest non-LIVE end stored in the file; None if all were live
+    deltas: tuple[DeltaFileMeta, ...] = field(default=())
+
+    def files(self) -> list[str]:
+        return [self.file] + [d.file for d in self.deltas]
+
+    def to_dict(self, schema: Schema) -> dict[str, Any]:
+        return {
+            "id": self.id, "file": self.file, "rows": self.num_rows, "bytes": self.size_bytes,
+            "min_key": _key_to_json(schema, self.min_key),
+            "max_key": _key_to_json(schema, self.max_key),
+            "min_ts": self.min_ts, "max_ts": self.max_ts, "min_end": self.min_end,
+            "deltas": [d.to_dict() for d in self.deltas],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], schema: Schema) -> RowSetMeta:
+        return cls(int(d["id"]), str(d["file"]), int(d["rows"]), int(d["bytes"]),
+                   _key_from_json(schema, d["min_key"]), _key_from_json(schema, d["max_key"]),
+                   int(d["min_ts"]), int(d["max_ts"]),
+                   None if d.get("min_end") is None else int(d["min_end"]),
+                   tuple(DeltaFileMeta.from_dict(x) for x in d.get("deltas", ())))
+
+
+def _key_to_json(schema: Schema, key: tuple[Any, ...]) -> list[Any]:
+    return [values_to_json(c.type, [v])[0] for c, v in zip(schema.key_columns, key, strict=True)]
+
+
+def _key_from_json(schema: Schema, values: list[Any]) -> tuple[Any, ...]:
+    return tuple(values_from_json(c.type, [v])[0].as_py()
+                 for c, v in zip(schema.key_columns, values, strict=True))
+
+
+class DiskRowSet:
+    """Runtime state of one rowset: its metadata, deltas, lazy key index and scan pins."""
+
+    def __init__(self, meta: RowSetMeta, fileio: FileIO, schema: Schema) -> None:
+        self.meta = meta
+        self._fileio = fileio
+        self._schema = schema
+        self._delta_rows: list[I64] = []
+        self._delta_ends: list[I64] = []
+        self._pending_rows: list[I64] = []
+        self._pending_ends: list[I64] = []
+        self.index: KeyIndex | None = None
+        self._index_source: tuple[pa.Table, I64, I64] | None = None
+        self._fragment: ds.ParquetFileFragment | None = None
+        self._pins = 0
+        self._retired: Callable[[], None] | None = None
+        self._pin_lock = threading.Lock()
+
+    # -- deltas -------------------------------------------------------------------------
+    def load_deltas(self) -> int:
+        """Read the delta files listed in the metadata; returns how many were read."""
+        for d in self.meta.deltas:
+            rows, ends = read_delta_file(self._fileio, d.file)
+            self._delta_rows.append(rows)
+            self._delta_ends.append(ends)
+        return len(self.meta.deltas)
+
+    def end_versions(self, rows: I64, ts: int) -> None:
+        """Record that the versions at ``rows`` were replaced or deleted at ``ts``."""
+        if self.index is not None:
+            self.index.set_end(rows, ts)
+        ends = np.full(len(rows), ts, dtype=np.int64)
+        rows = np.array(rows, dtype=np.int64)
+        self._delta_rows.append(rows)
+        self._delta_ends.append(ends)
+        self._pending_rows.append(rows)
+        self._pending_ends.append(ends)
+
+    def has_pending(self) -> bool:
+        return bool(self._pending_rows)
+
+    def pending(self) -> tuple[I64, I64]:
+        return np.concatenate(self._pending_rows), np.concatenate(self._pending_ends)
+
+    def persisted(self, delta: DeltaFileMeta) -> None:
+        """The pending deltas were written as ``delta`` and the superblock lists it."""
+        self.meta = replace(self.meta, deltas=(*self.meta.deltas, delta))
+        self._pending_rows.clear()
+        self._pending_ends.clear()
+
+    def deltas(self) -> tuple[I64, I64]:
+        if not self._delta_rows:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+        if len(self._delta_rows) > 1:
+            self._delta_rows = [np.concatenate(self._delta_rows)]
+            self._delta_ends = [np.concatenate(self._delta_ends)]
+        return self._delta_rows[0], self._delta_ends[0]
+
+    def dead_rows(self, snapshot: int) -> I64:
+        """Rows whose version a delta ended at or before ``snapshot``."""
+        rows, ends = self.deltas()
+        return rows[ends <= snapshot]
+
+    # -- reading ------------------------------------------------------------------------
+    def fragment(self) -> ds.ParquetFileFragment:
+        if self._fragment is None:
+            fs, path = arrow_filesystem(self._fileio, self.meta.file)
+            self._fragment = ds.ParquetFileFormat().make_fragment(
+                path, filesystem=fs, file_size=self.meta.size_bytes)
+        return self._fragment
+
+    def read_all(self, columns: Sequence[str] | None = None) -> pa.Table:
+        fs, path = arrow_filesystem(self._fileio, self.meta.file)
+        return pq.read_table(path, filesystem=fs, columns=None if columns is None
+                             else list(columns), schema=physical_schema(self._schema))
+
+    def read_rows(self, rows: I64, columns: Sequence[str]) -> pa.Table:
+        """The given columns of the rows at positions ``rows`` (in that order).
+
+        Reads only the row groups that contain them.
+        """
+        fs, path = arrow_filesystem(self._fileio, self.meta.file)
+        pf = pq.ParquetFile(path, filesystem=fs)
+        md = pf.metadata
+        sizes = np.array([md.row_group(i).num_rows for i in range(md.num_row_groups)])
+        starts = np.concatenate([[0], np.cumsum(sizes)])
+        groups = np.unique(np.searchsorted(starts, rows, side="right") - 1)
+        table = pf.read_row_groups([int(g) for g in groups], columns=list(columns))
+        # Position of each wanted row inside the concatenation of the groups read.
+        group_offsets = np.concatenate([[0], np.cumsum(sizes[groups])])
+        g_of_row = np.searchsorted(groups, np.searchsorted(starts, rows, side="right") - 1)
+        local = rows - starts[groups[g_of_row]] + group_offsets[g_of_row]
+        return table.take(pa.array(local, type=pa.int64()))
+
+    def keep_index_source(self, keys: pa.Table, ts: I64, end: I64) -> None:
+        """Remember the just-written key columns so the index is built without reading the file
+        (lazily: a rowset no later write touches never pays for it)."""
+        self._index_source = (keys, ts, end)
+
+    def index_needs_io(self) -> bool:
+        return self.index is None and self._index_source is None
+
+    def load_index(self) -> KeyIndex:
+        """The key index: key columns, ``ts`` and ``end`` (with the deltas applied)."""
+        if self.index is None:
+            if self._index_source is not None:
+                keys, ts, file_end = self._index_source
+                self._index_source = None
+            else:
+                t = self.read_all([*self._schema.primary_key, TS_COLUMN, END_COLUMN])
+                keys = t.select(list(self._schema.primary_key))
+                ts = np.asarray(t.column(TS_COLUMN).to_numpy(), dtype=np.int64)
+                file_end = np.asarray(t.column(END_COLUMN).to_numpy(), dtype=np.int64)
+            end = np.array(file_end, dtype=np.int64)  # private copy: deltas update it in place
+            rows, ends = self.deltas()
+            end[rows] = ends
+            self.index = KeyIndex(keys, ts, end, self._schema)
+        return self.index
+
+    # -- pins ---------------------------------------------------------------------------
+    def pin(self) -> None:
+        with self._pin_lock:
+            self._pins += 1
+
+    def unpin(self) -> None:
+        with self._pin_lock:
+            self._pins -= 1
+            run = self._retired if self._pins == 0 else None
+            if run is not None:
+                self._retired = None
+        if run is not None:
+            run()
+
+    def retire(self, delete_files: Callable[[], None]) -> None:
+        """The rowset left the superblock: delete its files now, or when the last scan ends."""
+        with self._pin_lock:
+            if self._pins > 0:
+                self._retired = delete_files
+                return
+        delete_files()
+
+
+def rowset_file(rowset_id: int) -> str:
+    return f"rowsets/{rowset_id:08d}.parquet"
+
+
+def delta_file(rowset_id: int, flush_index: int) -> str:
+    return f"rowsets/{rowset_id:08d}.delta.{flush_index:012d}.parquet"

@@ -1,0 +1,157 @@
+"""Snapshot scans over disk rowsets and the MemRowSet.
+
+A scan at snapshot ``S`` returns, for every key, the version with ``ts <= S < end`` (at most
+one per key exists), filtered by the predicates and projected to the requested columns. Per
+source:
+
+- **Rowset pruning without I/O**: rowsets whose oldest version is newer than ``S``, or whose
+  min/max key (from the superblock) cannot satisfy the key predicates, are not opened. An
+  equality predicate on the whole primary key therefore opens only the files whose key
+  range contains the key.
+- **Pushdown**: the predicates, plus the visibility conditions that are not trivially true
+  for the file (``__kudu_ts <= S`` when the file has newer versions, ``__kudu_end > S`` when
+  it stored ended versions, ``__kudu_row NOT IN dead`` for versions ended by deltas), become
+  one pyarrow dataset filter: Parquet row groups are skipped on their statistics, the rest
+  is filtered by Arrow compute, and only projected columns are materialised.
+- **Bounded output**: batches carry at most ``batch_rows`` rows and the scan streams one
+  batch at a time, so memory stays bounded by the read-ahead of one file.
+
+Output order is rowsets in superblock order, then the MemRowSet; it is not globally sorted
+(Kudu's default scans are unordered too).
+
+Thread-safety: a :class:`ScanPlan` is immutable; its iterator may run in any one thread while
+the tablet keeps applying writes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from pyspark_kudu.partitioning import predicate_interval, predicate_value_sets
+from pyspark_kudu.schema import Predicate, PredicateOp, Schema
+from pyspark_kudu.tablet.keys import END_COLUMN, ROW_COLUMN, TS_COLUMN
+from pyspark_kudu.tablet.memrowset import MemRowSetView
+from pyspark_kudu.tablet.rowset import DiskRowSet, RowSetMeta, physical_schema
+
+__all__ = ["RowSetSource", "ScanPlan", "combine", "key_predicates", "rowset_may_match"]
+
+I64 = npt.NDArray[np.int64]
+_MAX_KEY_COMBINATIONS = 256
+
+
+def combine(exprs: Sequence[ds.Expression]) -> ds.Expression | None:
+    out: ds.Expression | None = None
+    for e in exprs:
+        out = e if out is None else (out & e)
+    return out
+
+
+def rowset_may_match(meta: RowSetMeta, schema: Schema, preds: Sequence[Predicate]) -> bool:
+    """Whether the rowset's key range can hold a row satisfying the (bound) predicates."""
+    if any(p.op is PredicateOp.IS_NULL and schema.is_key(p.column) for p in preds):
+        return False
+    values = predicate_value_sets(list(preds))
+    key = schema.primary_key
+    if any(v is not None and not v for v in values.values()):
+        return False
+    sets = [values.get(k) for k in key]
+    if (len(key) > 1 and all(s is not None for s in sets)
+            and math.prod(len(s or ()) for s in sets) <= _MAX_KEY_COMBINATIONS):
+        # Equality on the whole key: compare key tuples with the file's min/max key.
+        combos = itertools.product(*(sorted(s or ()) for s in sets))
+        return any(meta.min_key <= c <= meta.max_key for c in combos)
+    first_set = sets[0]
+    lo0, hi0 = meta.min_key[0], meta.max_key[0]
+    if first_set is not None:
+        return any(lo0 <= v <= hi0 for v in first_set)
+    lo, lo_inc, hi, hi_inc = predicate_interval(list(preds), key[0])
+    if hi is not None and (hi < lo0 or (hi == lo0 and not hi_inc)):
+        return False
+    return not (lo is not None and (lo > hi0 or (lo == hi0 and not lo_inc)))
+
+
+@dataclass(frozen=True)
+class RowSetSource:
+    rowset: DiskRowSet
+    dead: I64  # rows ended by deltas at or before the snapshot
+
+
+@dataclass(frozen=True)
+class ScanPlan:
+    """Everything a scan needs, captured under the tablet lock. The tablet streams
+    :meth:`rowset_batches` for each source, then :meth:`mrs_batches`."""
+
+    schema: Schema
+    columns: tuple[str, ...]
+    predicates: tuple[Predicate, ...]
+    snapshot: int
+    batch_rows: int
+    rowsets: tuple[RowSetSource, ...]
+    mrs: MemRowSetView | None
+
+    def user_filter(self) -> ds.Expression | None:
+        return combine([p.to_expression(self.schema) for p in self.predicates])
+
+    def rowset_batches(self, src: RowSetSource, user: ds.Expression | None
+                       ) -> Iterator[pa.RecordBatch]:
+        meta = src.rowset.meta
+        s = self.snapshot
+        parts: list[ds.Expression] = [] if user is None else [user]
+        if meta.max_ts > s:
+            parts.append(pc.field(TS_COLUMN) <= s)
+        if meta.min_end is not None and meta.min_end <= s:
+            parts.append(pc.field(END_COLUMN) > s)
+        if len(src.dead):
+            parts.append(~pc.field(ROW_COLUMN).isin(pa.array(src.dead, type=pa.int64())))
+        scanner = ds.Scanner.from_fragment(
+            src.rowset.fragment(), schema=physical_schema(self.schema), columns=list(self.columns),
+            filter=combine(parts), batch_size=self.batch_rows)
+        for batch in scanner.to_batches():
+            if batch.num_rows:
+                yield batch
+
+    def mrs_batches(self, user: ds.Expression | None) -> Iterator[pa.RecordBatch]:
+        view = self.mrs
+        if view is None or not view.num_rows:
+            return
+        s = self.snapshot
+        visible = (view.begin <= s) & (view.end > s)
+        if not visible.any():
+            return
+        table = view.table()
+        if not visible.all():
+            table = table.filter(pa.array(visible))
+        if user is not None:
+            table = table.filter(user)
+        table = table.select(list(self.columns))
+        for batch in table.to_batches(max_chunksize=self.batch_rows):
+            if batch.num_rows:
+                yield batch
+
+
+def key_predicates(schema: Schema, key: Any) -> list[Predicate]:
+    """Equality predicates on every key column for a key given as a mapping, tuple or scalar."""
+    names = schema.primary_key
+    if isinstance(key, dict):
+        values = [key[k] for k in names]
+    elif isinstance(key, tuple):
+        values = list(key)
+    else:
+        values = [key]
+    if len(values) != len(names):
+        from pyspark_kudu.errors import InvalidArgumentError
+
+        raise InvalidArgumentError(
+            f"key {key!r} has {len(values)} values but the primary key is {list(names)}"
+        )
+    return [Predicate.eq(k, v) for k, v in zip(names, values, strict=True)]

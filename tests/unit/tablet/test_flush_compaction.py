@@ -1,0 +1,139 @@
+"""Flush and compaction: what is written, what is dropped, what stays readable."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from pyspark_kudu.errors import IllegalStateError
+from pyspark_kudu.tablet import (
+    MemoryLog,
+    OpType,
+    Tablet,
+    TabletEvent,
+    TabletOptions,
+    TabletState,
+    encode_write_batch,
+)
+from pyspark_kudu.tablet.state import TRANSITIONS, next_state
+
+from .workload import SCHEMA
+
+OPTIONS = TabletOptions(flush_threshold_bytes=0, row_group_rows=16, compaction_target_rows=25)
+
+
+@pytest.fixture
+def tablet(tmp_path: Path, no_fsync: None) -> Tablet:
+    return Tablet.create(str(tmp_path), "t", SCHEMA, log=MemoryLog(), options=OPTIONS)
+
+
+def write(t: Tablet, op: OpType, ids: list[int], v: int = 0) -> int:
+    index = t.applied_index + 1
+    data = encode_write_batch(SCHEMA, op, pa.table({"id": ids, "v": [v] * len(ids)}))
+    assert t.log is not None
+    t.log.append((index, data))  # type: ignore[attr-defined]
+    assert t.apply(index, data).ok
+    return index
+
+
+def ids_at(t: Tablet, snap: int | None = None) -> list[int]:
+    return sorted(t.scan_table(["id"], snapshot=snap).column("id").to_pylist())
+
+
+def test_flush_persists_the_applied_index_and_empties_the_memrowset(tablet: Tablet) -> None:
+    assert tablet.flush() is False
+    write(tablet, OpType.INSERT, [3, 1, 2])
+    assert tablet.flush() is True
+    assert tablet.memrowset_rows == 0
+    assert tablet.superblock.last_flushed_index == 1
+    (meta,) = tablet.rowsets
+    assert (meta.num_rows, meta.min_key, meta.max_key, meta.min_ts, meta.max_ts) == (
+        3, (1,), (3,), 1, 1)
+
+
+def test_later_versions_and_deletes_shadow_flushed_rows(tablet: Tablet) -> None:
+    write(tablet, OpType.INSERT, list(range(10)), v=1)
+    tablet.flush()
+    write(tablet, OpType.UPDATE, [1, 2], v=2)
+    write(tablet, OpType.DELETE, [3])
+    tablet.flush()
+    write(tablet, OpType.UPDATE, [2], v=3)
+    now = tablet.scan_table().to_pylist()
+    assert {r["id"]: r["v"] for r in now if r["id"] < 4} == {0: 1, 1: 2, 2: 3}
+    assert len(now) == 9
+    old = tablet.scan_table(snapshot=1).to_pylist()
+    assert len(old) == 10 and all(r["v"] == 1 for r in old)
+
+
+def test_compaction_merges_into_sorted_non_overlapping_rowsets(tablet: Tablet) -> None:
+    for lo in (0, 20, 10, 40):
+        write(tablet, OpType.UPSERT, list(range(lo, lo + 15)))
+        tablet.flush()
+    before = ids_at(tablet)
+    assert tablet.compact() is True
+    metas = tablet.rowsets
+    assert len(metas) == 3  # 55 versions, target 25 rows per output
+    for a, b in itertools.pairwise(metas):
+        assert a.max_key < b.min_key
+    assert ids_at(tablet) == before
+    for snap in range(1, tablet.applied_index + 1):  # history kept without a retention index
+        assert ids_at(tablet, snap) == sorted(
+            {i for lo in (0, 20, 10, 40)[:snap] for i in range(lo, lo + 15)})
+
+
+def test_compaction_drops_history_older_than_the_retention_index(tablet: Tablet) -> None:
+    write(tablet, OpType.INSERT, list(range(20)), v=1)
+    write(tablet, OpType.UPDATE, list(range(10)), v=2)
+    i3 = write(tablet, OpType.DELETE, list(range(5)))
+    i4 = write(tablet, OpType.UPDATE, list(range(5, 20)), v=4)
+    tablet.flush()
+    assert tablet.debug_versions() == 20 + 10 + 15
+    tablet.compact(history_retention_index=i3)
+    # Kept: versions visible at snapshot 3 (15 rows) plus the versions written at 4.
+    assert tablet.debug_versions() == 15 + 15
+    assert tablet.ancient_history_mark == i3
+    assert len(ids_at(tablet, i3)) == 15
+    tablet.compact(history_retention_index=i4)
+    assert tablet.debug_versions() == 15
+    assert ids_at(tablet) == list(range(5, 20))
+
+
+def test_compacting_a_subset_leaves_other_rowsets_alone(tablet: Tablet) -> None:
+    for lo in (0, 100, 200):
+        write(tablet, OpType.INSERT, list(range(lo, lo + 5)))
+        tablet.flush()
+    first, second, third = (m.id for m in tablet.rowsets)
+    tablet.compact(rowset_ids=[first, second])
+    ids = [m.id for m in tablet.rowsets]
+    assert third in ids and first not in ids and second not in ids
+    assert ids_at(tablet) == [*range(5), *range(100, 105), *range(200, 205)]
+
+
+def test_compaction_resolves_deltas_into_the_output(tablet: Tablet) -> None:
+    write(tablet, OpType.INSERT, list(range(30)))
+    tablet.flush()
+    write(tablet, OpType.DELETE, list(range(0, 30, 2)))
+    tablet.flush()
+    assert tablet.rowsets[0].deltas
+    tablet.compact(history_retention_index=tablet.applied_index)
+    (meta,) = tablet.rowsets
+    assert meta.deltas == () and meta.num_rows == 15
+    assert tablet.directory.listdir("rowsets") == [meta.file.split("/")[1]]
+
+
+def test_lifecycle_transitions_come_from_one_table() -> None:
+    assert next_state(TabletState.INITIALIZED, TabletEvent.BOOTSTRAP) is TabletState.BOOTSTRAPPING
+    assert TRANSITIONS[(TabletState.BOOTSTRAPPING, TabletEvent.BOOTSTRAPPED)] is (
+        TabletState.RUNNING)
+    with pytest.raises(IllegalStateError, match="tablet t9 is shutdown; it cannot bootstrap"):
+        next_state(TabletState.SHUTDOWN, TabletEvent.BOOTSTRAP, "t9")
+
+
+def test_closed_tablet_refuses_writes(tablet: Tablet) -> None:
+    tablet.close()
+    assert tablet.state is TabletState.SHUTDOWN
+    with pytest.raises(IllegalStateError, match="is shutdown"):
+        tablet.flush()
