@@ -53,6 +53,7 @@ from pyspark_kudu.errors import (
     ServiceUnavailableError,
 )
 from pyspark_kudu.spark.peer import PeerRequest, PeerResponse, ReplicaState, RequestKind
+from pyspark_kudu.tablet import WriteResult
 
 __all__ = [
     "FencedError",
@@ -117,12 +118,20 @@ class TabletLeader:
         # its RaftNode reads. It starts at L's commit index (see _leader_view).
         self._view = MemoryStorage()
         self.fenced_reason = ""
+        # Per-row outcomes reported by replicas as they apply committed entries (identical on
+        # every replica: application is deterministic), until a writer takes them.
+        self._results: dict[int, WriteResult] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
-    def create(self) -> None:
-        """Create every replica of a new tablet, bootstrapping the founding configuration."""
+    def create(self, schema_json: str = "") -> None:
+        """Create every replica of a new tablet, bootstrapping the founding configuration.
+
+        With ``schema_json`` each replica also gets its tablet (storage engine); without, the
+        replicas are consensus-only (used by tests of the replication layer alone).
+        """
         reqs = {v: [PeerRequest(RequestKind.CREATE, self.tablet.tablet_id, v,
-                                voters=self.tablet.voters)] for v in self.tablet.voters}
+                                voters=self.tablet.voters, schema_json=schema_json)]
+                for v in self.tablet.voters}
         out = self._transport.run(reqs)
         failed = [v for v in self.tablet.voters if not _all_ok(out.get(v))]
         if len(failed) > len(self.tablet.voters) // 2:
@@ -201,6 +210,25 @@ class TabletLeader:
         node.propose_batch(batches)
         return [(first + k, node.term) for k in range(len(batches))]
 
+    def take_results(self, indexes: Sequence[int]) -> dict[int, WriteResult]:
+        """Per-row results of committed write entries ``indexes``.
+
+        Replicas apply an entry once they learn it is committed, which is the round *after*
+        it committed; so this runs commit-only rounds until every result arrived (at most a
+        few: the leader replica applies on the first one).
+        """
+        want = set(indexes)
+        for _ in range(_MAX_ROUNDS):
+            if want <= self._results.keys():
+                break
+            self.heartbeat()
+        missing = sorted(want - self._results.keys())
+        if missing:
+            raise RoundFailedError(
+                f"tablet {self.tablet.tablet_id}: no replica reported applying entries "
+                f"{missing[:5]}{'...' if len(missing) > 5 else ''}")
+        return {i: self._results.pop(i) for i in sorted(want)}
+
     def committed(self, index: int) -> bool:
         return self.node is not None and self.node.commit_index >= index
 
@@ -247,6 +275,8 @@ class TabletLeader:
                     leader_persisted = resp.ok
                 for m in resp.messages:
                     node.step(m)
+                for res in resp.results:
+                    self._results.setdefault(res.index, res)
         if not leader_persisted:
             # Without L's own write the Ready cannot be acknowledged (advance = "L persisted
             # it"), so this leadership is over: the client must elect again.

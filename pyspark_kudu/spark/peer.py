@@ -46,7 +46,7 @@ import fcntl
 import json
 import os
 import random
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -62,11 +62,14 @@ from pyspark_kudu.consensus.raft import Config, RaftNode
 from pyspark_kudu.consensus.storage import bootstrap
 from pyspark_kudu.errors import CompactedError, KuduError
 from pyspark_kudu.fileio import FileIO
+from pyspark_kudu.schema import Schema
+from pyspark_kudu.spark.tabletlog import WalCommittedLog
+from pyspark_kudu.tablet import Tablet, WriteResult
+from pyspark_kudu.tablet.superblock import SUPERBLOCK_FILE
 from pyspark_kudu.wal import WalOptions, WalStorage
 
 __all__ = [
     "WRITERS_FILE",
-    "Applier",
     "PeerRequest",
     "PeerResponse",
     "ReplicaState",
@@ -102,6 +105,7 @@ class PeerRequest:
     voters: tuple[str, ...] = ()
     lo: int = 0
     hi: int = 0
+    schema_json: str = ""
 
 
 @dataclass(frozen=True)
@@ -130,10 +134,41 @@ class PeerResponse:
     prev_term: int = 0
     last_index: int = 0
     applied: tuple[int, ...] = field(default=())
+    results: tuple[WriteResult, ...] = ()
 
 
-Applier = Callable[[str, Sequence[Entry]], None]
-"""Applies committed entries to a replica's tablet: ``(tablet_dir, entries)``."""
+class _TabletSink:
+    """Applies committed entries to the replica's tablet, if it has one (a superblock).
+
+    The tablet is opened on first use with a log bounded by what was applied *before* this
+    task (``applied_before``), so bootstrap replays only that and the new entries are
+    applied here, yielding their per-row results. Replicas created without a schema are
+    consensus-only and skip this.
+    """
+
+    def __init__(self, root: str, tablet_id: str, storage: WalStorage,
+                 applied_before: int) -> None:
+        self._root = root
+        self._tablet_id = tablet_id
+        self._storage = storage
+        self._applied_before = applied_before
+        self._tablet: Tablet | None = None
+        self._has_tablet = tablet_dir(root, tablet_id).exists(SUPERBLOCK_FILE)
+        self.results: list[WriteResult] = []
+
+    def apply(self, entries: Sequence[Entry]) -> None:
+        writes = [e for e in entries if e.type == EntryType.NORMAL and e.data]
+        if not self._has_tablet or not writes:
+            return
+        if self._tablet is None:
+            self._tablet = Tablet.open(
+                self._root, self._tablet_id,
+                log=WalCommittedLog(self._storage, upto=self._applied_before))
+        self.results.extend(self._tablet.apply(e.index, e.data) for e in writes)
+
+    def close(self) -> None:
+        if self._tablet is not None:
+            self._tablet.close()
 
 
 def tablet_dir(root: str, tablet_id: str) -> FileIO:
@@ -145,7 +180,6 @@ def handle_requests(
     requests: Sequence[PeerRequest],
     host: str = "",
     options: WalOptions | None = None,
-    applier: Applier | None = None,
 ) -> list[PeerResponse]:
     """Serve ``requests`` against the replicas under data root ``root``, in order.
 
@@ -155,7 +189,7 @@ def handle_requests(
     out: list[PeerResponse] = []
     for req in requests:
         try:
-            out.append(_handle_one(root, req, host, options, applier))
+            out.append(_handle_one(root, req, host, options))
         except KuduError as e:
             out.append(PeerResponse(req.tablet_id, req.replica_id, ok=False, host=host,
                                     error=f"{type(e).__name__}: {e}"))
@@ -207,31 +241,43 @@ def _state(storage: WalStorage, applied: int) -> ReplicaState:
 
 def _handle_one(
     root: str, req: PeerRequest, host: str, options: WalOptions | None,
-    applier: Applier | None,
 ) -> PeerResponse:
     with _open_replica(root, req.tablet_id, options) as (io, storage):
         applied = _read_applied(io)
-        match req.kind:
-            case RequestKind.CREATE:
-                hs, _ = storage.initial_state()
-                if storage.last_index() == 0 and hs.is_empty() and req.voters:
-                    bootstrap(storage, req.voters)
-                return _ok(req, host, state=_state(storage, applied))
-            case RequestKind.READ_STATE:
-                return _ok(req, host, state=_state(storage, applied))
-            case RequestKind.PERSIST:
-                return _persist_leader(req, host, io, storage, applied, applier)
-            case RequestKind.STEP:
-                return _step_follower(req, host, io, storage, applied, applier)
-            case RequestKind.READ_ENTRIES:
-                try:
-                    prev_term = storage.term(req.lo - 1)
-                    ents = storage.entries(req.lo, min(req.hi, storage.last_index() + 1),
-                                           _TAIL_LIMIT_BYTES)
-                except CompactedError as e:
-                    return PeerResponse(req.tablet_id, req.replica_id, ok=False, host=host,
-                                        error=f"CompactedError: {e}")
-                return _ok(req, host, entries=tuple(ents), prev_term=prev_term)
+        sink = _TabletSink(root, req.tablet_id, storage, applied)
+        try:
+            return _dispatch(root, req, host, io, storage, applied, sink)
+        finally:
+            sink.close()
+
+
+def _dispatch(
+    root: str, req: PeerRequest, host: str, io: FileIO, storage: WalStorage, applied: int,
+    applier: _TabletSink,
+) -> PeerResponse:
+    match req.kind:
+        case RequestKind.CREATE:
+            hs, _ = storage.initial_state()
+            if storage.last_index() == 0 and hs.is_empty() and req.voters:
+                bootstrap(storage, req.voters)
+            if req.schema_json and not io.exists(SUPERBLOCK_FILE):
+                Tablet.create(root, req.tablet_id, Schema.from_json(req.schema_json)).close()
+            return _ok(req, host, state=_state(storage, applied))
+        case RequestKind.READ_STATE:
+            return _ok(req, host, state=_state(storage, applied))
+        case RequestKind.PERSIST:
+            return _persist_leader(req, host, io, storage, applied, applier)
+        case RequestKind.STEP:
+            return _step_follower(req, host, io, storage, applied, applier)
+        case RequestKind.READ_ENTRIES:
+            try:
+                prev_term = storage.term(req.lo - 1)
+                ents = storage.entries(req.lo, min(req.hi, storage.last_index() + 1),
+                                       _TAIL_LIMIT_BYTES)
+            except CompactedError as e:
+                return PeerResponse(req.tablet_id, req.replica_id, ok=False, host=host,
+                                    error=f"CompactedError: {e}")
+            return _ok(req, host, entries=tuple(ents), prev_term=prev_term)
     raise AssertionError(f"unhandled request kind {req.kind}")  # pragma: no cover
 
 
@@ -241,7 +287,7 @@ def _ok(req: PeerRequest, host: str, **kw: object) -> PeerResponse:
 
 def _persist_leader(
     req: PeerRequest, host: str, io: FileIO, storage: WalStorage, applied: int,
-    applier: Applier | None,
+    applier: _TabletSink,
 ) -> PeerResponse:
     hs, _ = storage.initial_state()
     if hs.term != req.term or hs.vote != req.replica_id:
@@ -259,7 +305,8 @@ def _persist_leader(
         storage.set_hard_state(HardState(hs.term, hs.vote, commit))
     new_hs, _ = storage.initial_state()
     applied_now = _apply_committed(io, storage, applied, new_hs.commit, applier, host)
-    return _ok(req, host, last_index=storage.last_index(), applied=applied_now)
+    return _ok(req, host, last_index=storage.last_index(), applied=applied_now,
+               results=tuple(applier.results))
 
 
 def _not_yet_present(storage: WalStorage, entries: Sequence[Entry]) -> list[Entry]:
@@ -273,7 +320,7 @@ def _not_yet_present(storage: WalStorage, entries: Sequence[Entry]) -> list[Entr
 
 
 def _apply_committed(
-    io: FileIO, storage: WalStorage, applied: int, commit: int, applier: Applier | None,
+    io: FileIO, storage: WalStorage, applied: int, commit: int, applier: _TabletSink,
     host: str,
 ) -> tuple[int, ...]:
     """Leader replica: apply what its client declared committed (configuration included).
@@ -291,7 +338,7 @@ def _apply_committed(
 
 def _step_follower(
     req: PeerRequest, host: str, io: FileIO, storage: WalStorage, applied: int,
-    applier: Applier | None,
+    applier: _TabletSink,
 ) -> PeerResponse:
     hs, _ = storage.initial_state()
     node = RaftNode(Config(
@@ -306,7 +353,7 @@ def _step_follower(
         _drain(node, storage, io, out, span, applier, host)
     return _ok(req, host, messages=tuple(m for m in out if m.to != NONE),
                last_index=storage.last_index(),
-               applied=(span[0], span[-1]) if span else ())
+               applied=(span[0], span[-1]) if span else (), results=tuple(applier.results))
 
 
 def _record_writer(io: FileIO, host: str, entries: Sequence[Entry]) -> None:
@@ -330,7 +377,7 @@ def read_writers(root: str, tablet_id: str) -> list[tuple[str, int, int]]:
 
 def _drain(
     node: RaftNode, storage: WalStorage, io: FileIO, out: list[Message], span: list[int],
-    applier: Applier | None, host: str = "",
+    applier: _TabletSink, host: str = "",
 ) -> None:
     while node.has_ready():
         rd = node.ready()
@@ -347,9 +394,7 @@ def _drain(
         if rd.committed_entries:
             if node.conf_state != before:
                 storage.set_conf_state(node.conf_state)
-            if applier is not None:
-                applier(io.root, [e for e in rd.committed_entries
-                                  if e.type == EntryType.NORMAL and e.data])
+            applier.apply(rd.committed_entries)
             last = rd.committed_entries[-1].index
             _write_applied(io, last)
             span.extend((rd.committed_entries[0].index, last))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from pyspark_kudu.spark.peer import Applier, PeerRequest, PeerResponse, handle_requests
+from pyspark_kudu.spark.peer import PeerRequest, PeerResponse, handle_requests
 from pyspark_kudu.wal import WalOptions
 
 __all__ = ["DirectTransport"]
@@ -20,11 +20,9 @@ __all__ = ["DirectTransport"]
 class DirectTransport:
     """Runs every tablet server's requests in this process. ``down`` simulates dead hosts."""
 
-    def __init__(self, roots: Mapping[str, str], options: WalOptions | None = None,
-                 applier: Applier | None = None) -> None:
+    def __init__(self, roots: Mapping[str, str], options: WalOptions | None = None) -> None:
         self.roots = dict(roots)
         self.options = options
-        self.applier = applier
         self.down: set[str] = set()
         self.rounds = 0
 
@@ -37,8 +35,7 @@ class DirectTransport:
             if ts in self.down:
                 out[ts] = None
                 continue
-            out[ts] = handle_requests(self.roots[ts], reqs, host=ts, options=self.options,
-                                      applier=self.applier)
+            out[ts] = handle_requests(self.roots[ts], reqs, host=ts, options=self.options)
         return out
 
     def unreachable(self) -> set[str]:

@@ -6,12 +6,11 @@ commits on a majority; replicas' durable state is read back from their data root
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
-from pyspark_kudu.consensus.messages import Entry, EntryType
+from pyspark_kudu.consensus.messages import EntryType
 from pyspark_kudu.spark.leader import FencedError, RoundFailedError, TabletLeader, TabletReplicas
 from pyspark_kudu.spark.peer import tablet_dir
 from pyspark_kudu.spark.transport import DirectTransport
@@ -24,14 +23,7 @@ TABLET = TabletReplicas("t1", TS)
 
 @pytest.fixture
 def transport(tmp_path: Path) -> DirectTransport:
-    applied: dict[str, list[bytes]] = {}
-
-    def applier(root: str, entries: Sequence[Entry]) -> None:
-        applied.setdefault(root, []).extend(e.data for e in entries)
-
-    t = DirectTransport({ts: str(tmp_path / ts) for ts in TS}, OPTS, applier)
-    t.applied = applied  # type: ignore[attr-defined]
-    return t
+    return DirectTransport({ts: str(tmp_path / ts) for ts in TS}, OPTS)
 
 
 def _log(t: DirectTransport, ts: str) -> list[bytes]:

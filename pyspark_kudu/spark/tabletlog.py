@@ -1,0 +1,57 @@
+"""The tablet's view of a replica's WAL: committed records only (``tablet.CommittedLog``).
+
+A tablet bootstraps by replaying committed records after its last flush; it must never see
+an entry that is not committed (DESIGN §3: nothing uncommitted is ever visible). ``upto``
+narrows that further to what the replica had *already applied* before this task: the task
+then applies the newly committed entries itself, so it can report their per-row results.
+
+Thread-safety: as the ``WalStorage`` it wraps (thread-safe); holds no state of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from pyspark_kudu.errors import CompactedError
+from pyspark_kudu.tablet import LogRecord
+from pyspark_kudu.wal import WalStorage
+
+__all__ = ["WalCommittedLog"]
+
+_PAGE_BYTES = 8 * 1024 * 1024
+
+
+class WalCommittedLog:
+    """``CommittedLog`` over a ``WalStorage``, bounded by its commit index (and ``upto``)."""
+
+    def __init__(self, storage: WalStorage, upto: int | None = None) -> None:
+        self._storage = storage
+        self._upto = upto
+
+    def _last(self) -> int:
+        commit = self._storage.initial_state()[0].commit
+        return commit if self._upto is None else min(commit, self._upto)
+
+    def read_from(self, index: int) -> Iterator[LogRecord]:
+        last = self._last()
+        if index > last:
+            return
+        first = self._storage.first_index()
+        if index < first:
+            raise CompactedError(
+                f"the tablet needs log entries from {index} but the WAL starts at {first}; "
+                f"the replica must be re-copied from a healthy one"
+            )
+        lo = index
+        while lo <= last:
+            page = self._storage.entries(lo, last + 1, _PAGE_BYTES)
+            for e in page:
+                yield LogRecord(e.index, e.data, e.term, e.type.value)
+            lo = page[-1].index + 1
+
+    def gc(self, up_to_index: int) -> None:
+        """Let the WAL drop entries the tablet has flushed (``compact`` then segment GC)."""
+        target = min(up_to_index, self._last())
+        if target >= self._storage.first_index():
+            self._storage.compact(target)
+            self._storage.gc()
