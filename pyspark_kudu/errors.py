@@ -31,6 +31,7 @@ __all__ = [
     "NotSupportedError",
     "ProposalDroppedError",
     "RemoteError",
+    "RowWriteError",
     "ServiceUnavailableError",
     "TimedOutError",
     "UnavailableError",
@@ -148,6 +149,20 @@ class DiskFullError(IOError_):
     """The data root has no space left; the replica is marked failed."""
 
     status = "IOError"
+
+
+class RowWriteError(KuduError):
+    """Some rows of a write failed (Kudu's per-row errors: duplicate key on INSERT, missing
+    key on UPDATE/DELETE, ...); the other rows were written. ``errors`` lists
+    ``(tablet_id, row_values, status, message)``; ``rows_written`` counts the successes."""
+
+    status = "RuntimeError"
+
+    def __init__(self, message: str, errors: list[tuple[str, dict[str, object], str, str]],
+                 rows_written: int) -> None:
+        super().__init__(message)
+        self.errors = errors
+        self.rows_written = rows_written
 
 
 # --- consensus -------------------------------------------------------------------------

@@ -61,6 +61,7 @@ __all__ = [
     "RoundFailedError",
     "TabletLeader",
     "TabletReplicas",
+    "collect_results",
     "replicate",
     "run_round",
 ]
@@ -211,23 +212,16 @@ class TabletLeader:
         return [(first + k, node.term) for k in range(len(batches))]
 
     def take_results(self, indexes: Sequence[int]) -> dict[int, WriteResult]:
-        """Per-row results of committed write entries ``indexes``.
+        """Per-row results of committed write entries ``indexes`` (see :func:`collect_results`)."""
+        out = collect_results(self._transport, {self: indexes})[self]
+        if isinstance(out, Exception):
+            raise out
+        return out
 
-        Replicas apply an entry once they learn it is committed, which is the round *after*
-        it committed; so this runs commit-only rounds until every result arrived (at most a
-        few: the leader replica applies on the first one).
-        """
-        want = set(indexes)
-        for _ in range(_MAX_ROUNDS):
-            if want <= self._results.keys():
-                break
-            self.heartbeat()
-        missing = sorted(want - self._results.keys())
-        if missing:
-            raise RoundFailedError(
-                f"tablet {self.tablet.tablet_id}: no replica reported applying entries "
-                f"{missing[:5]}{'...' if len(missing) > 5 else ''}")
-        return {i: self._results.pop(i) for i in sorted(want)}
+    def _pop_results(self, indexes: Sequence[int]) -> dict[int, WriteResult] | None:
+        if not set(indexes) <= self._results.keys():
+            return None
+        return {i: self._results.pop(i) for i in sorted(set(indexes))}
 
     def committed(self, index: int) -> bool:
         return self.node is not None and self.node.commit_index >= index
@@ -460,6 +454,37 @@ def replicate(transport: PeerTransport, proposals: Mapping[TabletLeader, Sequenc
                 f"majority of voters {lead.tablet.voters} "
                 f"(commit index {lead.node.commit_index if lead.node else 'unknown'})")
     return results
+
+
+def collect_results(transport: PeerTransport, wanted: Mapping[TabletLeader, Sequence[int]]
+                    ) -> dict[TabletLeader, dict[int, WriteResult] | KuduError]:
+    """Per-row results of committed entries, for many tablets at once.
+
+    Replicas apply an entry when they learn it is committed, i.e. in the round *after* it
+    committed; so this runs commit-only rounds (one stage for all tablets) until every
+    result arrived. The leader replica applies on the first such round.
+    """
+    out: dict[TabletLeader, dict[int, WriteResult] | KuduError] = {}
+    pending = dict(wanted)
+    for _ in range(_MAX_ROUNDS):
+        for lead in list(pending):
+            got = lead._pop_results(pending[lead])
+            if got is not None:
+                out[lead] = got
+                del pending[lead]
+        if not pending:
+            return out
+        for lead in pending:
+            if lead.node is not None:
+                lead.node.step(Message(MessageType.BEAT, frm=lead.leader_id))
+        for lead, err in run_round(transport, list(pending)).items():
+            out[lead] = err
+            del pending[lead]
+    for lead, idx in pending.items():
+        out[lead] = RoundFailedError(
+            f"tablet {lead.tablet.tablet_id}: no replica reported applying entries "
+            f"{sorted(idx)[:5]}")
+    return out
 
 
 def _leader_view(state: ReplicaState) -> MemoryStorage:

@@ -50,6 +50,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+import pyarrow as pa
+
 from pyspark_kudu.consensus.messages import (
     NONE,
     ConfState,
@@ -62,7 +64,7 @@ from pyspark_kudu.consensus.raft import Config, RaftNode
 from pyspark_kudu.consensus.storage import bootstrap
 from pyspark_kudu.errors import CompactedError, KuduError
 from pyspark_kudu.fileio import FileIO
-from pyspark_kudu.schema import Schema
+from pyspark_kudu.schema import Predicate, Schema
 from pyspark_kudu.spark.tabletlog import WalCommittedLog
 from pyspark_kudu.tablet import Tablet, WriteResult
 from pyspark_kudu.tablet.superblock import SUPERBLOCK_FILE
@@ -76,6 +78,7 @@ __all__ = [
     "RequestKind",
     "handle_requests",
     "read_writers",
+    "scan_replica",
     "tablet_dir",
 ]
 
@@ -212,6 +215,32 @@ def _open_replica(root: str, tablet_id: str, options: WalOptions | None) -> Iter
             storage.close()
     finally:
         os.close(fd)  # closing the descriptor releases the lock
+
+
+def scan_replica(
+    root: str, tablet_id: str, columns: Sequence[str] | None,
+    predicates: Sequence[Predicate], snapshot: int | None, known_commit: int | None = None,
+    options: WalOptions | None = None, batch_rows: int = 65536,
+) -> list[bytes]:
+    """Scan one replica at ``snapshot`` (default: everything it knows committed).
+
+    Returns Arrow IPC streams (one per output batch) so results travel as task results.
+    Only committed entries are ever visible: the tablet is rebuilt from the WAL bounded by
+    the replica's commit index (or ``known_commit``, see :class:`WalCommittedLog`).
+    """
+    with _open_replica(root, tablet_id, options) as (_io, storage):
+        tablet = Tablet.open(root, tablet_id,
+                             log=WalCommittedLog(storage, known_commit=known_commit))
+        try:
+            out = []
+            for batch in tablet.scan(columns, predicates, snapshot, batch_rows):
+                sink = pa.BufferOutputStream()
+                with pa.ipc.new_stream(sink, batch.schema) as w:
+                    w.write_batch(batch)
+                out.append(sink.getvalue().to_pybytes())
+            return out
+        finally:
+            tablet.close()
 
 
 def _read_applied(io: FileIO) -> int:

@@ -24,16 +24,22 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from pyspark_kudu.errors import IllegalStateError, KuduError
-from pyspark_kudu.spark.leader import PeerTransport, TabletLeader, replicate
+from pyspark_kudu.spark.leader import PeerTransport, TabletLeader, collect_results, replicate
+from pyspark_kudu.tablet import WriteResult
 
-__all__ = ["ReplicationService"]
+__all__ = ["ReplicationService", "WriteOutcome"]
+
+
+WriteOutcome = list[tuple[int, int, WriteResult | None]]
+"""Per batch: (index, term, per-row result or None if results were not asked for)."""
 
 
 @dataclass
 class _Write:
     leader: TabletLeader
     batches: tuple[bytes, ...]
-    future: Future[list[tuple[int, int]]] = field(default_factory=Future)
+    want_results: bool
+    future: Future[WriteOutcome] = field(default_factory=Future)
 
 
 class ReplicationService:
@@ -50,9 +56,11 @@ class ReplicationService:
                                         daemon=True)
         self._thread.start()
 
-    def submit(self, leader: TabletLeader, batches: Sequence[bytes]
-               ) -> Future[list[tuple[int, int]]]:
-        w = _Write(leader, tuple(batches))
+    def submit(self, leader: TabletLeader, batches: Sequence[bytes],
+               want_results: bool = False) -> Future[WriteOutcome]:
+        """Queue ``batches`` for ``leader``'s tablet; the future resolves once committed
+        (and, with ``want_results``, once a replica reported their per-row results)."""
+        w = _Write(leader, tuple(batches), want_results)
         with self._cv:
             if self._closed:
                 raise IllegalStateError("the replication service is closed")
@@ -95,12 +103,29 @@ class ReplicationService:
             for w in writes:
                 w.future.set_exception(e)
             return
+        wanted: dict[TabletLeader, list[int]] = {}
         for lead, ws in per_leader.items():
             res = results[lead]
+            if isinstance(res, Exception):
+                continue
+            offset = 0
+            for w in ws:
+                if w.want_results:
+                    wanted.setdefault(lead, []).extend(
+                        i for i, _ in res[offset:offset + len(w.batches)])
+                offset += len(w.batches)
+        row_results = collect_results(self._transport, wanted) if wanted else {}
+        for lead, ws in per_leader.items():
+            res = results[lead]
+            per_row = row_results.get(lead, {})
             offset = 0
             for w in ws:
                 if isinstance(res, Exception):
                     w.future.set_exception(res)
+                elif w.want_results and isinstance(per_row, Exception):
+                    w.future.set_exception(per_row)
                 else:
-                    w.future.set_result(res[offset:offset + len(w.batches)])
+                    mine = res[offset:offset + len(w.batches)]
+                    got = per_row if isinstance(per_row, dict) else {}
+                    w.future.set_result([(i, t, got.get(i)) for i, t in mine])
                 offset += len(w.batches)

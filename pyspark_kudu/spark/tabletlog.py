@@ -24,12 +24,19 @@ _PAGE_BYTES = 8 * 1024 * 1024
 class WalCommittedLog:
     """``CommittedLog`` over a ``WalStorage``, bounded by its commit index (and ``upto``)."""
 
-    def __init__(self, storage: WalStorage, upto: int | None = None) -> None:
+    def __init__(self, storage: WalStorage, upto: int | None = None,
+                 known_commit: int | None = None) -> None:
+        """``known_commit``: a commit index the caller learned from the tablet's *current*
+        leader, valid only on the leader replica (whose log is the leader's log); it lets a
+        read see writes whose commit the replica itself has not been told yet."""
         self._storage = storage
         self._upto = upto
+        self._known_commit = known_commit
 
     def _last(self) -> int:
         commit = self._storage.initial_state()[0].commit
+        if self._known_commit is not None:
+            commit = max(commit, min(self._known_commit, self._storage.last_index()))
         return commit if self._upto is None else min(commit, self._upto)
 
     def read_from(self, index: int) -> Iterator[LogRecord]:

@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 
 from pyspark_kudu.spark.pinned import executor_hosts
 from pyspark_kudu.spark.standalone import StandaloneCluster
+from tests.conftest import stop_other_sessions
 
 WORKERS = 6
 _DEADLINE_S = 240.0
@@ -34,6 +35,7 @@ def standalone_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sta
 @pytest.fixture(scope="session")
 def cluster_spark(standalone_cluster: StandaloneCluster) -> Iterator[SparkSession]:
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    stop_other_sessions(standalone_cluster.master_url)
     session = (
         SparkSession.builder.master(standalone_cluster.master_url)
         .appName("pyspark-kudu-cluster-tests")

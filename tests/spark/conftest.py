@@ -9,10 +9,13 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
+from tests.conftest import stop_other_sessions
+
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    stop_other_sessions("local[2]")
     session = (
         SparkSession.builder.master("local[2]")
         .appName("pyspark-kudu-tests")

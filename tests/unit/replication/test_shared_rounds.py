@@ -59,7 +59,8 @@ def test_concurrent_writers_share_rounds_and_each_gets_its_own_positions(
             start.wait()
             got: list[tuple[int, int]] = []
             for i in range(per_writer):
-                got += svc.submit(lead, [f"{w}-{i}".encode()]).result(timeout=60)
+                got += [(idx, term) for idx, term, _ in
+                        svc.submit(lead, [f"{w}-{i}".encode()]).result(timeout=60)]
             positions[w] = got
 
         threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]

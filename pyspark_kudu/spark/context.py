@@ -1,0 +1,345 @@
+"""``KuduContext``: tables on Spark executors, written and read through pinned tasks.
+
+The client-side entry point of DESIGN §1-3. A context
+
+1. connects to the master: an embedded one under the warehouse directory by default (1
+   replica), or the standalone group named by ``master="h1:7051,h2:7052,h3:7053"``;
+2. discovers tablet servers: one per executor host on a cluster (a pinned job creates or
+   reads each host's ``instance`` file), or ``local_tablet_servers`` virtual servers with
+   their own data roots in ``local[*]`` mode; and registers them with the master (which
+   resolves their locations);
+3. writes: rows are routed to tablets, each tablet's batch is encoded once, and all tablets
+   are replicated through one :class:`~pyspark_kudu.spark.service.ReplicationService`
+   (barrier stages of pinned tasks, rounds shared by concurrent writers); a write returns
+   once committed on a majority, with Kudu's per-row errors;
+4. reads: one pinned scan task per (pruned) tablet on the chosen replica's host, yielding
+   Arrow batches into a lazy DataFrame. A tablet this client leads is read on its leader
+   replica at the client's commit index, so a write that returned is visible to the next
+   read; any other replica serves only what it knows committed.
+
+Known gaps (issue 6, next steps): rows reach the driver before routing (``toArrow``) rather
+than being encoded on executors and shuffled; tablet-server liveness is refreshed at each
+DDL rather than by a heartbeat thread; replicas of deleted tables are not yet removed.
+
+Thread-safety: ``KuduContext`` methods may be called from several threads; writes share
+rounds through the service, and leader elections are serialised by a lock.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import BinaryType, StructField, StructType
+
+from pyspark_kudu.errors import (
+    IllegalStateError,
+    InvalidArgumentError,
+    KuduError,
+    RowWriteError,
+    ServiceUnavailableError,
+    TimedOutError,
+)
+from pyspark_kudu.master.client import MasterClient, TableLocations
+from pyspark_kudu.master.embedded import EmbeddedMaster
+from pyspark_kudu.master.entities import TServerMeta
+from pyspark_kudu.partitioning import Partitioner, PartitionSchema
+from pyspark_kudu.schema import Predicate, Schema
+from pyspark_kudu.spark.leader import RoundFailedError, TabletLeader, TabletReplicas
+from pyspark_kudu.spark.peer import PeerRequest, RequestKind, scan_replica
+from pyspark_kudu.spark.pinned import executor_hosts, pinned_rdd
+from pyspark_kudu.spark.rounds import SparkTransport, TabletServerLocation
+from pyspark_kudu.spark.service import ReplicationService, WriteOutcome
+from pyspark_kudu.spark.tserver import ensure_instance, local_data_root, run_pinned
+from pyspark_kudu.tablet import OpType, encode_write_batch
+from pyspark_kudu.wal import WalOptions
+
+__all__ = ["KuduContext", "WriteSummary"]
+
+WAREHOUSE_CONF = "spark.kudu.warehouse"
+_MAX_BATCH_ROWS = 65536
+
+
+@dataclass(frozen=True)
+class WriteSummary:
+    rows_written: int
+    row_errors: int
+    tablets: int
+
+
+@dataclass(frozen=True)
+class _ScanTask:
+    tablet_id: str
+    ts_uuid: str
+    root: str | None
+    columns: tuple[str, ...] | None
+    predicates: tuple[Predicate, ...]
+    snapshot: int | None
+    known_commit: int | None
+
+
+class KuduContext:
+    """Tables of this cluster, for one SparkSession. Close it (or use ``with``)."""
+
+    def __init__(self, spark: SparkSession, master: str | None = None, *,
+                 warehouse: str | None = None, local_tablet_servers: int = 3,
+                 wal_options: WalOptions | None = None,
+                 location_mapping_cmd: str | None = None) -> None:
+        self.spark = spark
+        sc = spark.sparkContext
+        conf_wh = sc.getConf().get(WAREHOUSE_CONF, None)
+        self.warehouse = os.path.abspath(warehouse or conf_wh or "kudu-warehouse")
+        self._embedded: EmbeddedMaster | None = None
+        if master is None:
+            self._embedded = EmbeddedMaster(self.warehouse, 1,
+                                            location_mapping_cmd=location_mapping_cmd)
+            self.master: MasterClient = self._embedded.client()
+        else:
+            self.master = MasterClient(master)
+        self._local = (sc.master or "").startswith("local")
+        self.servers = self._discover(local_tablet_servers)
+        self._register()
+        self.transport = SparkTransport(sc, self.servers, wal_options)
+        self._service = ReplicationService(self.transport)
+        self._leaders: dict[str, TabletLeader] = {}
+        self._lock = threading.Lock()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def close(self) -> None:
+        self._service.close()
+        self.master.close()
+        if self._embedded is not None:
+            self._embedded.close()
+
+    def __enter__(self) -> KuduContext:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _discover(self, n_local: int) -> list[TabletServerLocation]:
+        sc = self.spark.sparkContext
+        if self._local:
+            host = next(iter(executor_hosts(sc)))
+            out = []
+            for i in range(n_local):
+                info = ensure_instance(os.path.join(self.warehouse, "tservers", f"ts{i}"))
+                out.append(TabletServerLocation(info.uuid, host, info.data_root))
+            return out
+        hosts = sorted(executor_hosts(sc))
+        if not hosts:
+            raise ServiceUnavailableError("no executors: start the application's executors first")
+        infos = pinned_rdd(sc, [(h, [h]) for h in hosts]).map(
+            lambda _: ensure_instance(local_data_root())).collect()
+        return [TabletServerLocation(i.uuid, i.host) for i in infos]
+
+    def _register(self, deadline_s: float = 30.0) -> None:
+        """Heartbeat every tablet server to every master until the leader has seen it (only
+        the leader registers servers, and a fresh master group may not have one yet)."""
+        end = time.monotonic() + deadline_s
+        for s in self.servers:
+            meta = TServerMeta(s.uuid, s.host, data_root=s.root or "")
+            while True:
+                seen = False
+                for addr in self.master.addresses:
+                    try:
+                        seen = bool(self.master.heartbeat_to(addr, meta).get("leader")) or seen
+                    except KuduError:
+                        continue  # that master is down; the others may lead
+                if seen:
+                    break
+                if time.monotonic() > end:
+                    raise TimedOutError(
+                        f"tablet server {s.uuid} ({s.host}) could not register: no master "
+                        f"leader among {self.master.addresses} within {deadline_s:.0f} s")
+                self.master.leader_address(timeout_s=max(0.1, end - time.monotonic()))
+
+    # -- DDL ---------------------------------------------------------------------------------
+    def create_table(self, name: str, schema: Schema | StructType,
+                     keys: Sequence[str] | None = None,
+                     partitioning: PartitionSchema | None = None, replicas: int = 3) -> str:
+        """Create ``name`` with its tablets and replicas; returns the table id."""
+        if isinstance(schema, StructType):
+            schema = Schema.from_spark(schema, keys)
+        elif keys is not None and tuple(keys) != schema.primary_key:
+            raise InvalidArgumentError(
+                f"keys {list(keys)} differ from the schema's primary key "
+                f"{list(schema.primary_key)}; pass one or the other")
+        self._register()  # liveness for placement
+        table_id = self.master.create_table(name, schema, partitioning,
+                                            replication_factor=replicas)
+        locs = self.master.get_table(name)
+        reqs: dict[str, list[PeerRequest]] = {}
+        for t in locs.tablets:
+            voters = tuple(r.ts_uuid for r in t.replicas)
+            for v in voters:
+                reqs.setdefault(v, []).append(PeerRequest(
+                    RequestKind.CREATE, t.tablet_id, v, voters=voters,
+                    schema_json=schema.to_json()))
+        out = self.transport.run(reqs)  # one stage creates every replica of every tablet
+        failed = [ts for ts, resps in out.items() if resps is None or not all(r.ok for r in resps)]
+        if failed:
+            raise RoundFailedError(f"table {name}: creating replicas failed on {failed}")
+        return table_id
+
+    def table_exists(self, name: str) -> bool:
+        return name in self.master.list_tables()
+
+    def delete_table(self, name: str) -> None:
+        self.master.delete_table(name)
+
+    # -- writes ------------------------------------------------------------------------------
+    def insert_rows(self, df: DataFrame, table: str) -> WriteSummary:
+        return self._write(df, table, OpType.INSERT)
+
+    def insert_ignore_rows(self, df: DataFrame, table: str) -> WriteSummary:
+        return self._write(df, table, OpType.INSERT_IGNORE)
+
+    def upsert_rows(self, df: DataFrame, table: str) -> WriteSummary:
+        return self._write(df, table, OpType.UPSERT)
+
+    def update_rows(self, df: DataFrame, table: str) -> WriteSummary:
+        return self._write(df, table, OpType.UPDATE)
+
+    def delete_rows(self, df: DataFrame, table: str) -> WriteSummary:
+        return self._write(df, table, OpType.DELETE)
+
+    def delete_ignore_rows(self, df: DataFrame, table: str) -> WriteSummary:
+        return self._write(df, table, OpType.DELETE_IGNORE)
+
+    def _write(self, df: DataFrame, table: str, op: OpType) -> WriteSummary:
+        locs = self.master.get_table(table)
+        schema = locs.table.schema
+        partitioner = Partitioner(schema, PartitionSchema.from_dict(
+            locs.table.partition_schema, schema))
+        data = df.toArrow()
+        pending: list[tuple[str, pa.Table, Future[WriteOutcome]]] = []
+        errors: list[tuple[str, dict[str, object], str, str]] = []
+        for pidx, part in sorted(partitioner.split_batch(data).items()):
+            if pidx < 0:
+                errors.extend(("", row, "NotFound", "row is in no range partition")
+                              for row in part.to_pylist())
+                continue
+            tablet = locs.tablets[pidx]
+            lead = self._leader(locs, tablet.tablet_id)
+            for off in range(0, part.num_rows, _MAX_BATCH_ROWS):
+                chunk = part.slice(off, _MAX_BATCH_ROWS)
+                enc = encode_write_batch(schema, op, chunk)
+                pending.append((tablet.tablet_id, chunk,
+                                self._service.submit(lead, [enc], want_results=True)))
+        written = 0
+        for tablet_id, chunk, fut in pending:
+            try:
+                ((_, _, result),) = fut.result()
+            except RoundFailedError:
+                self._leaders.pop(tablet_id, None)  # elect again next time
+                raise
+            assert result is not None
+            written += result.num_rows - len(result.errors)
+            for e in result.errors:
+                row = chunk.slice(e.row, 1).to_pylist()[0] if e.row >= 0 else {}
+                errors.append((tablet_id, row, e.status, e.message))
+        summary = WriteSummary(written, len(errors), len({t for t, _, _ in pending}))
+        if errors:
+            sample = "; ".join(f"{s} {r}" for _, r, s, _ in errors[:3])
+            raise RowWriteError(
+                f"failed to write {len(errors)} rows to table {table} "
+                f"({written} written); sample errors: {sample}", errors, written)
+        return summary
+
+    def _leader(self, locs: TableLocations, tablet_id: str) -> TabletLeader:
+        with self._lock:
+            lead = self._leaders.get(tablet_id)
+            if lead is not None and lead.node is not None:
+                return lead
+            tablet = next(t for t in locs.tablets if t.tablet_id == tablet_id)
+            voters = tuple(r.ts_uuid for r in tablet.replicas)
+            unreachable = self.transport.unreachable()
+            last_error: Exception | None = None
+            for candidate in [v for v in voters if v not in unreachable]:
+                lead = TabletLeader(TabletReplicas(tablet_id, voters), candidate,
+                                    self.transport)
+                try:
+                    lead.elect()
+                except (RoundFailedError, IllegalStateError) as e:
+                    last_error = e
+                    continue
+                self._leaders[tablet_id] = lead
+                return lead
+            raise RoundFailedError(
+                f"tablet {tablet_id}: no replica of {voters} could become leader "
+                f"(last error: {last_error})")
+
+    # -- reads -------------------------------------------------------------------------------
+    def read_table(self, name: str, columns: Sequence[str] | None = None,
+                   predicates: Sequence[Predicate] = (), snapshot: int | None = None,
+                   locality: str = "closest_replica") -> DataFrame:
+        """A lazy DataFrame over ``name``; scan tasks run on the chosen replicas' hosts."""
+        if locality not in ("closest_replica", "leader_only"):
+            raise InvalidArgumentError(
+                f"unknown scan locality {locality!r}: use closest_replica or leader_only")
+        locs = self.master.get_table(name)
+        schema = locs.table.schema
+        out_schema = schema.project(None if columns is None else list(columns))
+        partitioner = Partitioner(schema, PartitionSchema.from_dict(
+            locs.table.partition_schema, schema))
+        roots = {s.uuid: s for s in self.servers}
+        unreachable = self.transport.unreachable()
+        tasks: list[tuple[Any, list[str]]] = []
+        for pidx in partitioner.prune(predicates):
+            tablet = locs.tablets[pidx]
+            lead = self._leaders.get(tablet.tablet_id)
+            if lead is not None and lead.node is not None:
+                ts, known = lead.leader_id, lead.node.commit_index
+            else:
+                live = [r.ts_uuid for r in tablet.replicas if r.ts_uuid not in unreachable]
+                if not live:
+                    raise ServiceUnavailableError(
+                        f"tablet {tablet.tablet_id} of {name}: no replica is reachable")
+                ts, known = live[0], None
+            loc = roots[ts]
+            tasks.append((_ScanTask(tablet.tablet_id, ts, loc.root,
+                                    None if columns is None else tuple(columns),
+                                    tuple(predicates), snapshot, known), [loc.host]))
+        struct = StructType([StructField("ipc", BinaryType(), False)])
+        if not tasks:
+            return self.spark.createDataFrame([], out_schema_to_spark(out_schema, schema))
+        rdd = pinned_rdd(self.spark.sparkContext, tasks).mapPartitions(_scan_partition)
+        raw = self.spark.createDataFrame(rdd, struct)
+        return raw.mapInArrow(_decoder(out_schema), out_schema_to_spark(out_schema, schema))
+
+
+def out_schema_to_spark(arrow: pa.Schema, schema: Schema) -> StructType:
+    """The Spark schema of a projection, nullability included (DESIGN §4: it must match)."""
+    full = schema.to_spark()
+    return StructType([full[f.name] for f in arrow])
+
+
+def _scan_partition(it: Iterator[_ScanTask]) -> Iterator[tuple[bytes]]:
+    for task in it:
+        root = local_data_root(task.root)
+        res = run_pinned(root, task.ts_uuid, lambda r, t=task: scan_replica(  # type: ignore[misc]
+            r, t.tablet_id, t.columns, t.predicates, t.snapshot, t.known_commit))
+        if not res.ok:
+            raise ServiceUnavailableError(
+                f"scan of tablet {task.tablet_id} could not run on its replica's host: "
+                f"{res.misplaced_reason}")
+        for ipc in res.value:
+            yield (ipc,)
+
+
+def _decoder(schema: pa.Schema) -> Any:
+    def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in batches:
+            for buf in b.column(0).to_pylist():
+                for rb in pa.ipc.open_stream(buf):
+                    yield rb.cast(schema)
+    return decode
+
