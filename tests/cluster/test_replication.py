@@ -5,6 +5,7 @@ Each test uses its own tablet ids, so tests share the session's cluster without 
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -87,3 +88,40 @@ def test_a_write_still_commits_after_a_follower_host_is_killed(
     lead.heartbeat()
     lead.heartbeat()
     assert _writes(standalone_cluster.data_root(victim), tablet.tablet_id) == [b"before", b"after"]
+
+
+def test_killing_a_follower_host_during_a_round_still_commits_on_the_majority(
+    cluster_spark: SparkSession, standalone_cluster: StandaloneCluster
+) -> None:
+    sc = cluster_spark.sparkContext
+    servers = _register(cluster_spark, standalone_cluster)
+    replicas = [servers[0], servers[3], servers[4]]  # 127.0.0.2, .5, .6
+    transport = SparkTransport(sc, servers)
+    tablet = TabletReplicas("rf3-kill-mid-round", tuple(s.uuid for s in replicas))
+    TabletLeader(tablet, replicas[0].uuid, transport).create()
+    lead = TabletLeader(tablet, replicas[0].uuid, transport)
+    lead.elect()
+    victim = replicas[1].host
+    outcome: list[object] = []
+
+    def write() -> None:
+        try:
+            outcome.append(lead.propose([b"during-kill"]))
+        except Exception as e:
+            outcome.append(e)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    standalone_cluster.kill_worker(victim)  # while the round's barrier stage is running
+    writer.join(timeout=300)
+    assert not writer.is_alive(), "the write did not finish within 300 s of the kill"
+    assert outcome and not isinstance(outcome[0], Exception), f"write failed: {outcome}"
+    survivors = [s for s in replicas if s.host != victim]
+    for s in survivors:
+        assert _writes(standalone_cluster.data_root(s.host), tablet.tablet_id) == [
+            b"during-kill"]
+    standalone_cluster.start_worker(victim)
+    deadline = time.monotonic() + 120
+    while victim not in executor_hosts(sc):
+        assert time.monotonic() < deadline, f"no executor came back on {victim}"
+        time.sleep(0.5)
