@@ -124,3 +124,16 @@ def test_a_retried_round_writes_nothing_twice(transport: DirectTransport) -> Non
     with WalStorage.open(tablet_dir(transport.roots["ts-a"], "t1"), OPTS) as st:
         assert st.last_index() == last
         assert st.wal_stats().appends == before.appends
+
+
+def test_a_write_returns_only_once_a_majority_holds_it_durably(
+    transport: DirectTransport,
+) -> None:
+    TabletLeader(TABLET, "ts-a", transport).create()
+    lead = _new_leader(transport)
+    for k in range(5):
+        transport.down = {TS[1 + k % 2]}  # a different follower is down each time
+        lead.propose([f"w{k}".encode()])
+        # Reopening the WAL from disk = what survives a crash of every process right now.
+        holders = [ts for ts in TS if f"w{k}".encode() in _log(transport, ts)]
+        assert len(holders) >= 2, f"write w{k} returned while only {holders} held it"
