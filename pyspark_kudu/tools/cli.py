@@ -3,10 +3,19 @@
 Verbs follow the ``kudu`` tool (DESIGN §6). Each command group registers itself in
 :data:`COMMAND_GROUPS` with a function that adds its verbs to an ``argparse`` sub-parser
 and sets ``func`` (returning the exit code) and ``verb_parser`` (itself, for ``--conf``)
-on each verb; other groups (``cluster``,
-``tserver``, ``table``) plug in the same way.
+on each verb. One module per group (STYLE 11):
 
-Implemented here: ``master run`` -- a standalone master process.
+* ``master run`` -- a standalone master process (here);
+* ``cluster ksck``, ``cluster rebalance [--report_only]`` -- :mod:`.cli_cluster`;
+* ``tserver list --columns=...`` -- :mod:`.cli_tserver`;
+* ``table list | describe NAME | delete NAME`` -- :mod:`.cli_table`;
+* ``locations show`` -- :mod:`.cli_locations`.
+
+The operator verbs share their options, output formats and exit codes through
+:mod:`.connect`: ``--master`` / ``--master-dir`` / ``--token-file`` / ``--timeout-s``,
+``--format text|json|json_pretty``; exit 0 ok, 1 problems found (or no such table), 2 usage
+error, 3 master unreachable. :func:`main` returns 2 for command-line errors instead of
+raising ``SystemExit``.
 
 Thread-safety: not applicable (process entry point).
 """
@@ -15,17 +24,16 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
 from types import FrameType
 
 from pyspark_kudu.errors import KuduError
+from pyspark_kudu.tools import cli_cluster, cli_locations, cli_table, cli_tserver
+from pyspark_kudu.tools.connect import TOKEN_ENV, read_token
 
-__all__ = ["COMMAND_GROUPS", "build_parser", "main"]
-
-TOKEN_ENV = "PYSPARK_KUDU_MASTER_TOKEN"
+__all__ = ["COMMAND_GROUPS", "TOKEN_ENV", "build_parser", "main"]
 
 
 def _add_master_group(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -60,7 +68,13 @@ def _add_master_group(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 COMMAND_GROUPS: dict[str, Callable[[argparse._SubParsersAction[argparse.ArgumentParser]],
-                                   None]] = {"master": _add_master_group}
+                                   None]] = {
+    "master": _add_master_group,
+    "cluster": cli_cluster.add_group,
+    "tserver": cli_tserver.add_group,
+    "table": cli_table.add_group,
+    "locations": cli_locations.add_group,
+}
 """Command group name -> function adding its verbs (each verb sets ``func``)."""
 
 
@@ -96,10 +110,7 @@ def _master_run(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not args.id or not args.data_dir:
         raise SystemExit("master run needs --id and --data-dir (in arguments or --conf)")
-    token = os.environ.get(TOKEN_ENV) or None
-    if args.token_file:
-        with open(args.token_file, encoding="utf-8") as f:
-            token = f.read().strip() or None
+    token = read_token(args.token_file)
     cfg = MasterServerConfig(
         id=args.id, peers=parse_peers(args.peers), data_dir=args.data_dir,
         listen=args.listen, token=token, join=bool(args.join), sync=args.fsync,
@@ -123,7 +134,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``pyspark-kudu`` console script; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse: --help (0) or a usage error (2, message printed)
+        return e.code if isinstance(e.code, int) else 2
     conf = getattr(args, "conf", None)
     if conf:
         # Options from the file become the verb's defaults; the command line still wins.

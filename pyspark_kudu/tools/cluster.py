@@ -11,6 +11,10 @@
 
 Both render ``text`` (Kudu's tables) or ``json`` / ``json_pretty``.
 
+``ksck(..., liveness_known=False)`` is for a catalog read offline (``--master-dir``): no
+heartbeats were heard, so every tablet server's status is ``UNKNOWN`` (not a problem in
+itself) and tablet health is judged on the Raft configs as if every server were up.
+
 Thread-safety: pure functions over a snapshot (the rebalancer consumes the given rng).
 """
 
@@ -33,6 +37,7 @@ __all__ = [
     "RECOVERING",
     "UNAVAILABLE",
     "UNDER_REPLICATED",
+    "UNKNOWN",
     "KsckResult",
     "LinkStats",
     "format_ksck",
@@ -46,6 +51,7 @@ HEALTHY = "HEALTHY"
 RECOVERING = "RECOVERING"
 UNDER_REPLICATED = "UNDER_REPLICATED"
 UNAVAILABLE = "UNAVAILABLE"
+UNKNOWN = "UNKNOWN"
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,7 @@ class KsckResult:
     unhealthy_tablets: list[dict[str, str]]
     violations: list[Violation]
     link_warnings: list[str] = field(default_factory=list)
+    liveness_known: bool = True
 
     @property
     def ok(self) -> bool:
@@ -74,7 +81,7 @@ class KsckResult:
             not self.unhealthy_tablets
             and not self.violations
             and not self.link_warnings
-            and all(t["Status"] == HEALTHY for t in self.tservers)
+            and all(t["Status"] in (HEALTHY, UNKNOWN) for t in self.tservers)
         )
 
 
@@ -102,13 +109,15 @@ def ksck(
     links: Mapping[tuple[str, str], LinkStats] | None = None,
     max_latency_ms: float = 5.0,
     max_loss: float = 0.01,
+    liveness_known: bool = True,
 ) -> KsckResult:
-    """Check the cluster. ``links`` maps a pair of locations to its measured link."""
+    """Check the cluster. ``links`` maps a pair of locations to its measured link;
+    ``liveness_known=False`` reports servers as UNKNOWN (see the module docstring)."""
     servers = [
         {
             "UUID": ts.uuid,
             "Address": ts.rpc_address,
-            "Status": HEALTHY if ts.live else UNAVAILABLE,
+            "Status": (HEALTHY if ts.live else UNAVAILABLE) if liveness_known else UNKNOWN,
             "Location": ts.location or NO_LOCATION_TEXT,
         }
         for ts in sorted(snapshot.tservers, key=lambda t: t.uuid)
@@ -153,7 +162,8 @@ def ksck(
                 f"unreliable connection between locations {a} and {b}: {st.loss:.1%} of "
                 f"probes lost (threshold {max_loss:.1%})"
             )
-    return KsckResult(servers, locations, tables, unhealthy, find_violations(snapshot), warnings)
+    return KsckResult(servers, locations, tables, unhealthy, find_violations(snapshot), warnings,
+                      liveness_known)
 
 
 def _violation_rows(violations: Sequence[Violation]) -> list[dict[str, Any]]:
@@ -187,6 +197,7 @@ def format_ksck(result: KsckResult, fmt: str = "text") -> str:
                 "placement_policy_violations": _violation_rows(result.violations),
                 "violating_tablets": sorted({v.tablet_id for v in result.violations}),
                 "warnings": result.link_warnings,
+                "liveness_known": result.liveness_known,
                 "ok": result.ok,
             },
             fmt,
@@ -216,6 +227,9 @@ def format_ksck(result: KsckResult, fmt: str = "text") -> str:
             parts.append(f"  tablet {v.tablet_id}: {what}{fix}")
     for w in result.link_warnings:
         parts.append(f"WARNING: {w}")
+    if not result.liveness_known:
+        parts += ["", "NOTE: tablet server liveness is unknown (catalog read offline); tablet "
+                      "health assumes every tablet server is up"]
     banner = "=" * 18
     parts += ["", "OK" if result.ok else f"{banner}\nksck found issues\n{banner}"]
     return "\n".join(parts)
