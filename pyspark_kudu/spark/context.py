@@ -186,7 +186,12 @@ class KuduContext:
         out = self.transport.run(reqs)  # one stage creates every replica of every tablet
         failed = [ts for ts, resps in out.items() if resps is None or not all(r.ok for r in resps)]
         if failed:
-            raise RoundFailedError(f"table {name}: creating replicas failed on {failed}")
+            errs = {r.error for resps in out.values() if resps for r in resps if not r.ok}
+            cause = "; ".join(sorted(errs)) or self.transport.last_error or "task failed"
+            raise RoundFailedError(
+                f"table {name}: creating replicas failed on tablet servers {failed}: {cause}"
+                + (" (executors must run a Python with pyspark-kudu installed: set "
+                   "PYSPARK_PYTHON or spark.pyspark.python)" if "ModuleNotFound" in cause else ""))
         return table_id
 
     def table_exists(self, name: str) -> bool:

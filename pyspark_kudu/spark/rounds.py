@@ -25,6 +25,7 @@ schedules concurrent jobs); the registry is read-only after construction.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -75,6 +76,19 @@ def _barrier_partition(it: Iterator[_HostTask]) -> Iterator[list[tuple[str, Any,
         yield _serve_host(task)
 
 
+_PY_ERROR = re.compile(r"(?<![\w.$])([A-Z]\w*(?:Error|Exception)): ([^\n]*)")
+
+
+def _root_cause(message: str) -> str:
+    """The Python exception a failed stage carries (e.g. ``ModuleNotFoundError: ...``),
+    else the first line: Spark wraps task errors in pages of JVM stack trace."""
+    found = _PY_ERROR.findall(message)
+    if found:
+        name, text = found[-1]
+        return f"{name}: {text.strip()}"
+    return (message.strip().splitlines() or [""])[0]
+
+
 class SparkTransport:
     """Runs rounds as barrier stages over the tablet servers in ``servers``."""
 
@@ -86,6 +100,7 @@ class SparkTransport:
         self._local = (sc.master or "").startswith("local")
         self.rounds = 0
         self.failed_rounds = 0
+        self.last_error = ""
 
     def unreachable(self) -> set[str]:
         if self._local:
@@ -107,9 +122,10 @@ class SparkTransport:
         try:
             collected = (pinned_rdd(self._sc, tasks).barrier()
                          .mapPartitions(_barrier_partition).collect())
-        except Exception as e:
+        except Exception as e:  # a failed stage is a failed round, by design
             self.failed_rounds += 1
-            _log.warning("replication round failed as a whole: %s", str(e).splitlines()[0])
+            self.last_error = _root_cause(str(e))
+            _log.warning("replication round failed as a whole: %s", self.last_error)
             return result
         for host_results in collected:
             for ts, resps, misplaced in host_results:
