@@ -43,8 +43,10 @@ def _p50(xs: list[float]) -> float:
 
 def _empty_barrier(spark: SparkSession, hosts: list[str]) -> float:
     start = time.perf_counter()
+    # Consume the whole partition: a Python worker that leaves input unread is not reused,
+    # and the next stage would pay a fresh worker's start-up and imports (measured ~0.6-1.5 s).
     pinned_rdd(spark.sparkContext, [(h, [h]) for h in hosts]).barrier().mapPartitions(
-        lambda it: [next(it)]).collect()
+        lambda it: list(it)).collect()
     return time.perf_counter() - start
 
 
@@ -106,21 +108,14 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(3):  # warm up Python workers on every host
             _empty_barrier(spark, hosts)
             lead.propose([PAYLOAD])
-        # Alternating blocks of 5, so both see similar machine load (this VM's load varies a
-        # lot). Not one-by-one: a write right after a *different* barrier stage on the same
-        # hosts was measured ~1.5 s slower (an open question, see the issue notes), which
-        # consecutive writes of a real workload do not pay.
+        # Interleaved one by one, so both see the same machine load (it varies a lot here).
         empty: list[float] = []
         write: list[float] = []
-        after_other_stage: list[float] = []
-        for block in range(max(1, args.writes // 5)):
-            for _ in range(5):
-                empty.append(_empty_barrier(spark, hosts))
-            for k in range(5):
-                t0 = time.perf_counter()
-                lead.propose([PAYLOAD])
-                (after_other_stage if k == 0 else write).append(time.perf_counter() - t0)
-            del block
+        for _ in range(args.writes):
+            empty.append(_empty_barrier(spark, hosts))
+            t0 = time.perf_counter()
+            lead.propose([PAYLOAD])
+            write.append(time.perf_counter() - t0)
         with ReplicationService(transport) as svc:
             one = _throughput(svc, lead, 1, args.per_writer * 4)
             sixteen = _throughput(svc, lead, 16, args.per_writer)
@@ -132,7 +127,6 @@ def main(argv: list[str] | None = None) -> int:
                    "sync_policy": "fdatasync"},
         "empty_barrier_s": empty,
         "write_commit_s": write,
-        "write_after_other_stage_s": after_other_stage,
         "empty_barrier_p50_s": _p50(empty),
         "write_commit_p50_s": _p50(write),
         "latency_ratio": _p50(write) / _p50(empty),

@@ -32,7 +32,7 @@ def test_pinned_tasks_run_on_their_hosts_in_normal_and_barrier_stages(
         order = hosts[trial:] + hosts[:trial]  # vary which partition goes where
         rdd = pinned_rdd(sc, [(h, [h]) for h in order])
         assert rdd.map(lambda h: (h, current_host())).collect() == [(h, h) for h in order]
-        barrier = rdd.barrier().mapPartitions(lambda it: [(next(it), current_host())])
+        barrier = rdd.barrier().mapPartitions(lambda it: [(h, current_host()) for h in it])
         assert barrier.collect() == [(h, h) for h in order]
 
 
