@@ -20,6 +20,15 @@ Rules of this module:
    until its no-op is applied (the fix for the single-server change bug, Ongaro 2015).
    A configuration takes effect when its entry is *applied* (etcd's choice), see ``advance``.
 
+6. A replica that starts without being a voter in its durable configuration (a joiner, or
+   one re-created under an old id after its data was lost) does not campaign until it has
+   applied the ``ADD_VOTER`` of itself, or installed a snapshot in which it is a voter:
+   replaying the log from index 1 it would otherwise campaign in old configurations (found
+   by the simulator). It still grants votes (a lagging voter's vote may be needed to elect
+   the leader that will catch it up). Raft assumes a voter never forgets its log, so the
+   runtime must not reuse a replica id after wiping its data: a re-created replica gets a
+   new incarnation id (documented requirement for re-replication, issue 8).
+
 Extensions that are switchable: pre-vote (thesis §9.6) and check-quorum (thesis §6.2).
 
 Thread-safety: not thread-safe. One owner drives a node; wrap it in a lock to share it.
@@ -34,6 +43,7 @@ from pyspark_kudu.consensus.log import RaftLog
 from pyspark_kudu.consensus.messages import (
     NONE,
     ConfChange,
+    ConfChangeType,
     ConfState,
     Entry,
     EntryType,
@@ -43,6 +53,7 @@ from pyspark_kudu.consensus.messages import (
     Snapshot,
     decode_conf_change,
     encode_conf_change,
+    is_local_message,
 )
 from pyspark_kudu.consensus.progress import ProgressState, ProgressTracker, VoteResult
 from pyspark_kudu.consensus.types import Config, Ready, Role, SoftState, Status
@@ -70,6 +81,10 @@ class RaftNode:
         hs, cs = config.storage.initial_state()
         self._tracker = ProgressTracker(config.max_inflight_msgs)
         self._tracker.apply_conf(cs, self.log.last_index())
+        # Rule 6: a replica that starts without being a voter in its own durable
+        # configuration (a joiner, or a replica re-created under an old id) may not campaign
+        # until it applied the change that made it a voter.
+        self._may_campaign = self.id in cs.voters
         self.term = 0
         self.vote = NONE
         self.lead = NONE
@@ -125,7 +140,7 @@ class RaftNode:
         Ignored (as in etcd) while committed configuration changes are not yet applied: the
         configuration may change under the election. Drain ``ready()``/``advance()`` first.
         """
-        self.step(Message(_MT.HUP, frm=self.id))
+        self._step(Message(_MT.HUP, frm=self.id))
 
     def propose(self, data: bytes) -> None:
         """Append ``data`` to the log. Raises ProposalDroppedError unless we lead."""
@@ -148,14 +163,14 @@ class RaftNode:
 
     def transfer_leader(self, to: str) -> None:
         """Ask the leader to hand leadership to ``to`` (thesis §3.10)."""
-        self.step(Message(_MT.TRANSFER_LEADER, frm=to, to=self.id))
+        self._step(Message(_MT.TRANSFER_LEADER, frm=to, to=self.id))
 
     def report_unreachable(self, node: str) -> None:
-        self.step(Message(_MT.UNREACHABLE, frm=node, to=self.id))
+        self._step(Message(_MT.UNREACHABLE, frm=node, to=self.id))
 
     def report_snapshot(self, node: str, ok: bool) -> None:
         """The application finished (or failed) sending a snapshot / tablet copy to ``node``."""
-        self.step(Message(_MT.SNAP_STATUS, frm=node, to=self.id, reject=not ok))
+        self._step(Message(_MT.SNAP_STATUS, frm=node, to=self.id, reject=not ok))
 
     def status(self) -> Status:
         progress: dict[str, tuple[int, int]] = {}
@@ -227,7 +242,23 @@ class RaftNode:
 
     # == message handling ====================================================================
     def step(self, m: Message) -> None:
-        """Process one message. Messages from stale terms are answered or dropped (Fig. 2)."""
+        """Process one message from a peer. Stale-term messages are answered or dropped (Fig. 2).
+
+        Local-only kinds (``HUP``, ``BEAT``, ``CHECK_QUORUM``, ``UNREACHABLE``,
+        ``SNAP_STATUS``) and proposals (``PROP``) are dropped: they are this node's own inputs
+        (``tick``, ``campaign``, ``propose``, ``report_*``, ``broadcast_heartbeat``) and a
+        peer must not be able to force an election, depose a leader or bypass the
+        one-pending-change rule (etcd: ErrStepLocalMsg).
+        """
+        if is_local_message(m.type) or m.type == _MT.PROP:
+            return
+        self._step(m)
+
+    def broadcast_heartbeat(self) -> None:
+        """Leader only: send heartbeats now (a commit-only round); ignored otherwise."""
+        self._step(Message(_MT.BEAT, frm=self.id))
+
+    def _step(self, m: Message) -> None:
         if m.term == 0:
             pass  # local message
         elif m.term > self.term:
@@ -455,11 +486,14 @@ class RaftNode:
             return False
         self.log.restore(snap)
         self._tracker.apply_conf(md.conf_state, self.log.last_index())
+        # A snapshot from the leader is current state: a voter in it may campaign (rule 6).
+        self._may_campaign = self._may_campaign or self.id in md.conf_state.voters
         return True
 
     # -- elections ---------------------------------------------------------------------------
     def _promotable(self) -> bool:
-        return self.id in self._tracker.voters and self.log.unstable.snapshot is None
+        return (self._may_campaign and self.id in self._tracker.voters
+                and self.log.unstable.snapshot is None)
 
     def _has_unapplied_conf_change(self) -> bool:
         lo = max(self.log.applied + 1, self.log.first_index())
@@ -681,6 +715,8 @@ class RaftNode:
         new = apply_conf_change(self.conf_state, cc)
         if not new.voters:
             return  # refused at proposal time; ignore if replayed from an old log
+        if cc.type == ConfChangeType.ADD_VOTER and cc.node_id == self.id:
+            self._may_campaign = True  # rule 6: the change that made us a voter is applied
         self._tracker.apply_conf(new, self.log.last_index())
         if self.role != Role.LEADER:
             return
@@ -706,7 +742,7 @@ class RaftNode:
         self._election_elapsed += 1
         if self._promotable() and self._election_elapsed >= self._randomized_election_timeout:
             self._election_elapsed = 0
-            self.step(Message(_MT.HUP, frm=self.id))
+            self._step(Message(_MT.HUP, frm=self.id))
 
     def _tick_heartbeat(self) -> None:
         self._heartbeat_elapsed += 1
@@ -714,14 +750,14 @@ class RaftNode:
         if self._election_elapsed >= self._cfg.election_tick:
             self._election_elapsed = 0
             if self._cfg.check_quorum:
-                self.step(Message(_MT.CHECK_QUORUM, frm=self.id))
+                self._step(Message(_MT.CHECK_QUORUM, frm=self.id))
             if self.role == Role.LEADER and self._lead_transferee != NONE:
                 self._lead_transferee = NONE  # transfer timed out (§3.10)
         if self.role != Role.LEADER:
             return
         if self._heartbeat_elapsed >= self._cfg.heartbeat_tick:
             self._heartbeat_elapsed = 0
-            self.step(Message(_MT.BEAT, frm=self.id))
+            self._step(Message(_MT.BEAT, frm=self.id))
 
     # -- plumbing ----------------------------------------------------------------------------
     def _hard_state(self) -> HardState:

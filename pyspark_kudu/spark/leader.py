@@ -190,7 +190,7 @@ class TabletLeader:
 
     def heartbeat(self) -> None:
         """A commit-only round: tells followers the commit index and collects their progress."""
-        self._leader().step(Message(MessageType.BEAT, frm=self.leader_id))
+        self._leader().broadcast_heartbeat()
         self.flush()
 
     def flush(self) -> None:
@@ -438,7 +438,7 @@ def replicate(transport: PeerTransport, proposals: Mapping[TabletLeader, Sequenc
             node = lead.node
             if node is not None and not node.has_ready():
                 # Nothing in flight but not committed: a heartbeat makes followers answer.
-                node.step(Message(MessageType.BEAT, frm=lead.leader_id))
+                node.broadcast_heartbeat()
         errors = run_round(transport, pending)
         results.update(errors)
         pending = [lead for lead in pending
@@ -476,7 +476,7 @@ def collect_results(transport: PeerTransport, wanted: Mapping[TabletLeader, Sequ
             return out
         for lead in pending:
             if lead.node is not None:
-                lead.node.step(Message(MessageType.BEAT, frm=lead.leader_id))
+                lead.node.broadcast_heartbeat()
         for lead, err in run_round(transport, list(pending)).items():
             out[lead] = err
             del pending[lead]
