@@ -28,6 +28,16 @@ def _register(spark: SparkSession, cluster: StandaloneCluster) -> list[TabletSer
     return [TabletServerLocation(i.uuid, i.host) for i in infos]
 
 
+def _elected(transport: SparkTransport, tablet_id: str,
+             replicas: list[TabletServerLocation]) -> tuple[TabletReplicas, TabletLeader]:
+    """Create an RF=3 tablet on ``replicas`` and elect a leader on the first one."""
+    tablet = TabletReplicas(tablet_id, tuple(s.uuid for s in replicas))
+    TabletLeader(tablet, replicas[0].uuid, transport).create()
+    lead = TabletLeader(tablet, replicas[0].uuid, transport)
+    lead.elect()
+    return tablet, lead
+
+
 def _writes(root: Path, tablet_id: str) -> list[bytes]:
     with WalStorage.open(tablet_dir(str(root), tablet_id)) as st:
         ents = st.entries(st.first_index(), st.last_index() + 1)
@@ -40,10 +50,7 @@ def test_rf3_writes_land_only_in_the_replicas_data_roots(
     servers = _register(cluster_spark, standalone_cluster)
     replicas = [servers[0], servers[2], servers[4]]  # 127.0.0.2, .4, .6
     transport = SparkTransport(cluster_spark.sparkContext, servers)
-    tablet = TabletReplicas("rf3-only-replicas", tuple(s.uuid for s in replicas))
-    TabletLeader(tablet, replicas[0].uuid, transport).create()
-    lead = TabletLeader(tablet, replicas[0].uuid, transport)
-    lead.elect()
+    tablet, lead = _elected(transport, "rf3-only-replicas", replicas)
     lead.propose([b"a", b"b"])
     lead.heartbeat()
     for s in servers:
@@ -65,10 +72,7 @@ def test_a_write_still_commits_after_a_follower_host_is_killed(
     servers = _register(cluster_spark, standalone_cluster)
     replicas = [servers[1], servers[3], servers[5]]  # 127.0.0.3, .5, .7
     transport = SparkTransport(sc, servers)
-    tablet = TabletReplicas("rf3-survives-kill", tuple(s.uuid for s in replicas))
-    TabletLeader(tablet, replicas[0].uuid, transport).create()
-    lead = TabletLeader(tablet, replicas[0].uuid, transport)
-    lead.elect()
+    tablet, lead = _elected(transport, "rf3-survives-kill", replicas)
     lead.propose([b"before"])
     victim = replicas[2].host
     standalone_cluster.kill_worker(victim)
@@ -97,10 +101,7 @@ def test_killing_a_follower_host_during_a_round_still_commits_on_the_majority(
     servers = _register(cluster_spark, standalone_cluster)
     replicas = [servers[0], servers[3], servers[4]]  # 127.0.0.2, .5, .6
     transport = SparkTransport(sc, servers)
-    tablet = TabletReplicas("rf3-kill-mid-round", tuple(s.uuid for s in replicas))
-    TabletLeader(tablet, replicas[0].uuid, transport).create()
-    lead = TabletLeader(tablet, replicas[0].uuid, transport)
-    lead.elect()
+    tablet, lead = _elected(transport, "rf3-kill-mid-round", replicas)
     victim = replicas[1].host
     outcome: list[object] = []
 
