@@ -76,6 +76,7 @@ class Progress:
     pending_snapshot: int = 0
     recent_active: bool = False
     is_learner: bool = False
+    last_contact: int = -(1 << 62)  # leader's tick of this peer's last response (read lease)
 
     def _reset_state(self, state: ProgressState) -> None:
         self.probe_sent = False

@@ -101,6 +101,7 @@ class RaftNode:
         if config.applied > 0:
             self.log.applied_to(config.applied)
         self._msgs: list[Message] = []
+        self._ticks = 0  # logical clock, only for the read lease
         self._election_elapsed = 0
         self._heartbeat_elapsed = 0
         self._randomized_election_timeout = config.election_tick
@@ -129,6 +130,7 @@ class RaftNode:
 
     def tick(self) -> None:
         """Advance the logical clock by one tick."""
+        self._ticks += 1
         if self.role == Role.LEADER:
             self._tick_heartbeat()
         else:
@@ -254,6 +256,27 @@ class RaftNode:
             return
         self._step(m)
 
+    def has_read_lease(self) -> bool:
+        """True while this leader may serve linearizable reads without a log round.
+
+        Leader lease (thesis §6.4.1): with check-quorum on, a follower ignores vote requests
+        for one election timeout after hearing from its leader, so no other leader can be
+        elected within that time of a quorum having heard from this one. Time is counted
+        from the *send* tick of heartbeats a quorum answered (echoed in the response), and
+        the lease is half an election timeout, as margin for ticks that run at slightly
+        different rates on different machines. Always False without check-quorum.
+        """
+        if self.role != Role.LEADER or not self._cfg.check_quorum:
+            return False
+        voters = self._tracker.voters
+        if not voters:
+            return False
+        contacts = sorted(
+            (self._ticks if v == self.id else self._tracker.progress[v].last_contact
+             for v in voters), reverse=True)
+        oldest_in_quorum = contacts[self._tracker.quorum() - 1]
+        return self._ticks - oldest_in_quorum < max(1, self._cfg.election_tick // 2)
+
     def broadcast_heartbeat(self) -> None:
         """Leader only: send heartbeats now (a commit-only round); ignored otherwise."""
         self._step(Message(_MT.BEAT, frm=self.id))
@@ -375,6 +398,10 @@ class RaftNode:
                     self._send(Message(_MT.TIMEOUT_NOW, to=m.frm))
             case _MT.HEARTBEAT_RESP:
                 pr.recent_active = True
+                # The heartbeat's send tick, echoed back: the follower heard from us no
+                # earlier than that, which is what its vote-refusal window counts from.
+                if m.context.isdigit():
+                    pr.last_contact = max(pr.last_contact, int(m.context))
                 pr.probe_sent = False
                 if pr.state == ProgressState.REPLICATE and pr.inflights.full():
                     pr.inflights.reset()
@@ -562,6 +589,7 @@ class RaftNode:
             pr.probe_sent = False
             pr.pending_snapshot = 0
             pr.recent_active = pid == self.id
+            pr.last_contact = -(1 << 62)
             if pid == self.id:
                 pr.match = stable_last
         self._pending_conf_index = 0
@@ -650,7 +678,8 @@ class RaftNode:
             pr = self._tracker.progress[pid]
             # Never tell a follower to commit past what it is known to hold.
             commit = min(pr.match, self.log.committed)
-            self._send(Message(_MT.HEARTBEAT, to=pid, commit=commit))
+            self._send(Message(_MT.HEARTBEAT, to=pid, commit=commit,
+                               context=str(self._ticks).encode()))
 
     def _send_append(self, to: str) -> None:
         self._maybe_send_append(to, send_if_empty=True)

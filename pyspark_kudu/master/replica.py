@@ -109,6 +109,7 @@ class ReplicaStatus:
     learners: frozenset[str]
     progress: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     failed: str = ""
+    read_lease: bool = False  # leader only: may serve linearizable reads locally (Raft lease)
 
 
 def is_fresh_storage(storage: WritableStorage) -> bool:
@@ -264,7 +265,7 @@ class MasterReplica:
     def staleness(self) -> float:
         """Seconds since this replica's catalog was known to be up to date (0 on a ready leader)."""
         st = self._status
-        if st.role is Role.LEADER and st.leader_ready:
+        if st.role is Role.LEADER and st.leader_ready and st.read_lease:
             return 0.0
         return max(0.0, self._clock() - self._fresh_at)
 
@@ -458,6 +459,8 @@ class MasterReplica:
             self._fresh_at = self._contacts.popleft()[0]
         with self._progress:
             self._status = self._make_status()
+            if self._status.read_lease:
+                self._fresh_at = self._clock()  # a leased leader's catalog is current
             self._progress.notify_all()
         answers, self._answers = self._answers, []
         for fut, err in answers:
@@ -472,6 +475,7 @@ class MasterReplica:
             self.id, s.role, s.term, s.lead, s.commit, s.applied,
             s.role is Role.LEADER and s.applied >= self._leader_index > 0,
             s.conf_state.voters, s.conf_state.learners, dict(s.progress), self._failed,
+            read_lease=self._node.has_read_lease(),
         )
 
     def _fail_all(self, err: KuduError) -> None:

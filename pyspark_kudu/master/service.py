@@ -137,8 +137,14 @@ class MasterService:
     def _readable_catalog(self, body: Body) -> Catalog:
         bound = body.get("max_staleness_s")
         st = self.replica.status()
-        if st.role is Role.LEADER and st.leader_ready:
+        if st.role is Role.LEADER and st.leader_ready and st.read_lease:
             return self.replica.catalog
+        if bound is None and st.role is Role.LEADER:
+            # A leader cut off from its quorum may already be deposed: reading its catalog
+            # could miss a newer leader's writes. Serve only under a lease (Raft §6.4.1).
+            raise ServiceUnavailableError(
+                f"master {st.id} leads term {st.term} but has no read lease (a quorum has not "
+                f"answered its heartbeats recently); retry")
         if bound is not None:
             stale = self.replica.staleness()
             if stale <= float(bound):

@@ -161,3 +161,19 @@ def test_bootstrap_is_one_committed_entry_carrying_the_whole_configuration() -> 
         from pyspark_kudu.consensus.storage import bootstrap
 
         bootstrap(st, ["x"])
+
+
+def test_read_lease_needs_check_quorum_and_lapses_without_heartbeat_answers() -> None:
+    """Thesis §6.4.1: the leader may read locally only while a quorum recently heard it."""
+    group = LocalGroup(["a", "b", "c"], seed=17, check_quorum=True)
+    lead = group.elect()
+    group.tick(2)  # heartbeats sent and answered
+    assert lead.has_read_lease()
+    others = [i for i in ("a", "b", "c") if i != lead.id]
+    group.crash(others[0])
+    group.crash(others[1])
+    for _ in range(lead._cfg.election_tick // 2 + 1):
+        group.tick()
+    assert not lead.has_read_lease()
+    plain = LocalGroup(["a", "b", "c"], seed=17)
+    assert not plain.elect().has_read_lease()  # without check-quorum there is no lease

@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from pyspark_kudu.consensus.types import Role
 from pyspark_kudu.errors import (
     AlreadyPresentError,
     InvalidArgumentError,
     NotFoundError,
     NotLeaderError,
+    ServiceUnavailableError,
 )
 from pyspark_kudu.master.embedded import EmbeddedMaster
 from pyspark_kudu.master.entities import TableState, TabletState
@@ -228,3 +230,28 @@ def test_snapshots_compact_the_log_and_restore_on_restart(tmp_path: Path) -> Non
             assert len(g.replicas[lagging].catalog.names) == 25
     with EmbeddedMaster(root, 3, options=opts) as g2, g2.client() as c2:
         assert len(c2.list_tables()) == 25
+
+
+def test_an_isolated_leader_stops_serving_reads_before_another_can_be_elected(
+    group3: EmbeddedMaster,
+) -> None:
+    """Raft §6.4.1 read lease: a leader that lost its quorum refuses leader reads (clients
+    retry elsewhere) instead of serving a catalog a newer leader may already have changed."""
+    register_tservers(group3)
+    with group3.client() as c:
+        c.create_table("t", SCHEMA)
+    old = group3.leader()
+    svc = group3.services[old.id]
+    wait_until(lambda: old.status().read_lease, 5, "the leader's read lease")
+    assert [t["name"] for t in svc.handle("list_tables", {})["tables"]] == ["t"]
+    group3.network.isolate(old.id)
+    wait_until(lambda: not old.status().read_lease, 5, "the isolated leader losing its lease")
+    # The old leader may still believe it leads (check-quorum steps it down later), but it
+    # must not answer a read that accepts no staleness.
+    if old.status().role is Role.LEADER:
+        with pytest.raises(ServiceUnavailableError, match="no read lease"):
+            svc.handle("list_tables", {})
+    new = wait_until(lambda: next((r for i, r in group3.replicas.items()
+                                   if i != old.id and r.status().role is Role.LEADER), None),
+                     10, "a new leader among the connected masters")
+    assert new.id != old.id
