@@ -154,8 +154,7 @@ class FileIO:
         target = "/".join(p.strip("/") for p in parts)
         parent = target.rsplit("/", 1)[0] if "/" in target else ""
         tmp = f"{target}.tmp-{uuid.uuid4().hex}"
-        if parent:
-            self.makedirs(parent)
+        self.makedirs(parent)  # the root itself too, when the target has no parent
         with self.open(tmp, mode="wb") as f:
             f.write(data)
             self.fsync(f)

@@ -74,7 +74,9 @@ class Ready:
     5. ``advance(ready)``; if ``conf_state`` of the node changed, persist it with the applied
        index it belongs to.
 
-    ``soft_state`` is informational (leader changes).
+    ``soft_state`` is informational (leader changes). Between ``ready()`` and ``advance()``
+    the node may keep stepping messages and ticking (etcd allows the same); only a second
+    ``ready()`` must wait for ``advance()``.
     """
 
     soft_state: SoftState | None

@@ -52,3 +52,9 @@ def test_child_and_path_compose_relative_parts(tmp_path: Path) -> None:
 def test_empty_root_is_rejected() -> None:
     with pytest.raises(ValueError, match="non-empty"):
         FileIO("")
+
+
+def test_atomic_write_creates_a_missing_root(tmp_path: Path) -> None:
+    io = FileIO(str(tmp_path / "not-yet"))
+    io.atomic_write(b"uuid", "instance")
+    assert io.read_bytes("instance") == b"uuid"
