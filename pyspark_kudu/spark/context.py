@@ -40,7 +40,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from pyspark_kudu.errors import (
-    IllegalStateError,
     InvalidArgumentError,
     KuduError,
     RowWriteError,
@@ -52,7 +51,7 @@ from pyspark_kudu.master.embedded import EmbeddedMaster
 from pyspark_kudu.master.entities import TServerMeta
 from pyspark_kudu.partitioning import Partitioner, PartitionSchema
 from pyspark_kudu.schema import Predicate, Schema
-from pyspark_kudu.spark.leader import RoundFailedError, TabletLeader, TabletReplicas
+from pyspark_kudu.spark.leader import RoundFailedError, TabletLeader, TabletReplicas, elect_all
 from pyspark_kudu.spark.peer import PeerRequest, RequestKind, scan_replica
 from pyspark_kudu.spark.pinned import executor_hosts, pinned_rdd
 from pyspark_kudu.spark.rounds import SparkTransport, TabletServerLocation
@@ -227,13 +226,16 @@ class KuduContext:
         data = df.toArrow()
         pending: list[tuple[str, pa.Table, Future[WriteOutcome]]] = []
         errors: list[tuple[str, dict[str, object], str, str]] = []
-        for pidx, part in sorted(partitioner.split_batch(data).items()):
+        groups = sorted(partitioner.split_batch(data).items())
+        leaders = self._leaders_for(locs, [locs.tablets[p].tablet_id for p, _ in groups
+                                           if p >= 0])
+        for pidx, part in groups:
             if pidx < 0:
                 errors.extend(("", row, "NotFound", "row is in no range partition")
                               for row in part.to_pylist())
                 continue
             tablet = locs.tablets[pidx]
-            lead = self._leader(locs, tablet.tablet_id)
+            lead = leaders[tablet.tablet_id]
             for off in range(0, part.num_rows, _MAX_BATCH_ROWS):
                 chunk = part.slice(off, _MAX_BATCH_ROWS)
                 enc = encode_write_batch(schema, op, chunk)
@@ -259,28 +261,41 @@ class KuduContext:
                 f"({written} written); sample errors: {sample}", errors, written)
         return summary
 
-    def _leader(self, locs: TableLocations, tablet_id: str) -> TabletLeader:
+    def _leaders_for(self, locs: TableLocations, tablet_ids: Sequence[str]
+                     ) -> dict[str, TabletLeader]:
+        """This client's leader of each tablet, electing the missing ones together
+        (:func:`elect_all`: four shared rounds), trying each reachable replica in turn."""
         with self._lock:
-            lead = self._leaders.get(tablet_id)
-            if lead is not None and lead.node is not None:
-                return lead
-            tablet = next(t for t in locs.tablets if t.tablet_id == tablet_id)
-            voters = tuple(r.ts_uuid for r in tablet.replicas)
+            missing = [t for t in locs.tablets if t.tablet_id in set(tablet_ids)
+                       and (self._leaders.get(t.tablet_id) is None
+                            or self._leaders[t.tablet_id].node is None)]
             unreachable = self.transport.unreachable()
-            last_error: Exception | None = None
-            for candidate in [v for v in voters if v not in unreachable]:
-                lead = TabletLeader(TabletReplicas(tablet_id, voters), candidate,
-                                    self.transport)
-                try:
-                    lead.elect()
-                except (RoundFailedError, IllegalStateError) as e:
-                    last_error = e
-                    continue
-                self._leaders[tablet_id] = lead
-                return lead
-            raise RoundFailedError(
-                f"tablet {tablet_id}: no replica of {voters} could become leader "
-                f"(last error: {last_error})")
+            candidates = {t.tablet_id: [r.ts_uuid for r in t.replicas
+                                        if r.ts_uuid not in unreachable] for t in missing}
+            voters = {t.tablet_id: tuple(r.ts_uuid for r in t.replicas) for t in missing}
+            errors: dict[str, KuduError] = {}
+            while candidates:
+                batch = [TabletLeader(TabletReplicas(tid, voters[tid]), cands.pop(0),
+                                      self.transport)
+                         for tid, cands in candidates.items() if cands]
+                if not batch:
+                    break
+                for lead, res in elect_all(self.transport, batch).items():
+                    tid = lead.tablet.tablet_id
+                    if isinstance(res, Exception):
+                        errors[tid] = res
+                    else:
+                        self._leaders[tid] = lead
+                        candidates.pop(tid, None)
+                candidates = {tid: c for tid, c in candidates.items() if c}
+            failed = [tid for tid in tablet_ids if tid not in self._leaders
+                      or self._leaders[tid].node is None]
+            if failed:
+                raise RoundFailedError(
+                    f"tablets {failed}: no replica could become leader (last errors: "
+                    + "; ".join(str(errors.get(t, "no reachable replica")) for t in failed[:3])
+                    + ")")
+            return {tid: self._leaders[tid] for tid in tablet_ids}
 
     # -- reads -------------------------------------------------------------------------------
     def read_table(self, name: str, columns: Sequence[str] | None = None,

@@ -62,6 +62,7 @@ __all__ = [
     "TabletLeader",
     "TabletReplicas",
     "collect_results",
+    "elect_all",
     "replicate",
     "run_round",
 ]
@@ -143,7 +144,14 @@ class TabletLeader:
 
     def elect(self) -> int:
         """Win an election for ``leader_id``; returns the term. Raises if it loses."""
-        state = self._read_state()
+        result = elect_all(self._transport, [self])[self]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    # -- election phases (see elect_all) -----------------------------------------------------
+    def _begin_election(self, state: ReplicaState) -> tuple[Ready, PeerRequest]:
+        """Become candidate over L's durable state; returns the Ready and L's self-vote."""
         self._view = _leader_view(state)
         self.node = node = RaftNode(Config(
             id=self.leader_id, storage=self._view, applied=state.hard_state.commit,
@@ -151,33 +159,38 @@ class TabletLeader:
         ))
         node.campaign()
         rd = node.ready()
-        votes = [m for m in rd.messages if m.type == MessageType.VOTE]
+        self_vote = Message(MessageType.VOTE, to=self.leader_id, frm=self.leader_id,
+                            term=node.term, index=state.last_index, log_term=state.last_term)
+        return rd, PeerRequest(RequestKind.STEP, self.tablet.tablet_id, self.leader_id,
+                               messages=(self_vote,))
+
+    def _self_voted(self, rd: Ready, resp: PeerResponse | None) -> list[Message]:
+        """L's own vote came back: acknowledge the candidacy; the votes to ask for."""
+        node = self.node
+        assert node is not None
         term = node.term
-        # Round 1: the candidate's own durable vote, before anyone else is asked (see rules).
-        self_vote = Message(MessageType.VOTE, to=self.leader_id, frm=self.leader_id, term=term,
-                            index=state.last_index, log_term=state.last_term)
-        own = self._run_one(self.leader_id, PeerRequest(
-            RequestKind.STEP, self.tablet.tablet_id, self.leader_id, messages=(self_vote,)))
-        granted = [m for m in own.messages
-                   if m.type == MessageType.VOTE_RESP and not m.reject and m.term == term]
+        granted = resp is not None and resp.ok and any(
+            m.type == MessageType.VOTE_RESP and not m.reject and m.term == term
+            for m in resp.messages)
         if not granted:
             self.node = None
-            raise FencedError(
-                f"tablet {self.tablet.tablet_id}: replica {self.leader_id} refused to vote for "
-                f"itself in term {term} (it has moved on to a newer term or vote)"
-            )
+            why = (resp.error if resp is not None and not resp.ok else
+                   "it has moved on to a newer term or vote" if resp is not None else
+                   "its tablet server did not answer")
+            raise FencedError(f"tablet {self.tablet.tablet_id}: replica {self.leader_id} did "
+                              f"not vote for itself in term {term} ({why})")
         assert rd.hard_state is not None
         self._view.set_hard_state(rd.hard_state)
         node.advance(rd)
-        # Round 2: ask the others.
-        self._ask_votes(votes)
-        if node.role != Role.LEADER:
+        return [m for m in rd.messages if m.type == MessageType.VOTE]
+
+    def _won(self) -> int:
+        node = self.node
+        if node is None or node.role != Role.LEADER:
+            term = node.term if node is not None else 0
             self.node = None
-            raise FencedError(
-                f"tablet {self.tablet.tablet_id}: replica {self.leader_id} lost the election "
-                f"for term {term}"
-            )
-        self.flush()
+            raise FencedError(f"tablet {self.tablet.tablet_id}: replica {self.leader_id} lost "
+                              f"the election for term {term}")
         return node.term
 
     # -- writes ------------------------------------------------------------------------------
@@ -298,12 +311,6 @@ class TabletLeader:
                 f"tablet {self.tablet.tablet_id}: this client is not the leader; call elect()"))
         return self.node
 
-    def _read_state(self) -> ReplicaState:
-        resp = self._run_one(self.leader_id, PeerRequest(
-            RequestKind.READ_STATE, self.tablet.tablet_id, self.leader_id))
-        assert resp.state is not None
-        return resp.state
-
     def _run_one(self, ts: str, req: PeerRequest) -> PeerResponse:
         for _ in range(_MAX_ROUND_ATTEMPTS):
             out = self._transport.run({ts: [req]}).get(ts)
@@ -316,17 +323,6 @@ class TabletLeader:
         raise RoundFailedError(
             f"tablet {req.tablet_id}: tablet server {ts} did not answer {req.kind.value} "
             f"after {_MAX_ROUND_ATTEMPTS} attempts")
-
-    def _ask_votes(self, votes: Sequence[Message]) -> None:
-        node = self.node
-        assert node is not None
-        reqs = {m.to: [PeerRequest(RequestKind.STEP, self.tablet.tablet_id, m.to,
-                                   messages=(m,))] for m in votes}
-        out = _run_with_retries(self._transport, reqs)
-        for resps in out.values():
-            for resp in resps or ():
-                for m in resp.messages:
-                    node.step(m)
 
     def _catch_up(self, follower: str) -> None:
         """Copy the entries a lagging follower misses from the leader replica's log."""
@@ -381,6 +377,79 @@ def _run_with_retries(transport: PeerTransport, reqs: Mapping[str, Sequence[Peer
         out = transport.run(live)
         if any(v is not None for v in out.values()):
             return out
+    return out
+
+
+def elect_all(transport: PeerTransport, leaders: Sequence[TabletLeader]
+              ) -> dict[TabletLeader, int | KuduError]:
+    """Elect many tablets' leaders together: four shared rounds, not four per tablet.
+
+    1. READ_STATE on every candidate replica; 2. each candidate's own vote, made durable
+    before anyone else is asked (module rules); 3. RequestVote to the other voters;
+    4. the winners' no-op entries. Returns each leader's term, or why it failed.
+    """
+    out: dict[TabletLeader, int | KuduError] = {}
+
+    def merged(reqs: Mapping[TabletLeader, PeerRequest]
+               ) -> dict[TabletLeader, PeerResponse | None]:
+        by_ts: dict[str, list[PeerRequest]] = {}
+        owners: dict[str, list[TabletLeader]] = {}
+        for lead, req in reqs.items():
+            by_ts.setdefault(req.replica_id, []).append(req)
+            owners.setdefault(req.replica_id, []).append(lead)
+        res = _run_with_retries(transport, by_ts) if by_ts else {}
+        got: dict[TabletLeader, PeerResponse | None] = dict.fromkeys(reqs)
+        for ts, resps in res.items():
+            if resps is not None:
+                for lead, resp in zip(owners[ts], resps, strict=True):
+                    got[lead] = resp
+        return got
+
+    states = merged({lead: PeerRequest(RequestKind.READ_STATE, lead.tablet.tablet_id,
+                                       lead.leader_id) for lead in leaders})
+    readies: dict[TabletLeader, tuple[Ready, PeerRequest]] = {}
+    for lead, resp in states.items():
+        if resp is None or not resp.ok or resp.state is None:
+            out[lead] = RoundFailedError(
+                f"tablet {lead.tablet.tablet_id}: could not read replica {lead.leader_id}'s "
+                f"state ({resp.error if resp is not None else 'tablet server did not answer'})")
+            continue
+        readies[lead] = lead._begin_election(resp.state)
+    own = merged({lead: req for lead, (_, req) in readies.items()})
+    votes: dict[str, list[PeerRequest]] = {}
+    asking: list[TabletLeader] = []
+    for lead, (rd, _) in readies.items():
+        try:
+            msgs = lead._self_voted(rd, own[lead])
+        except KuduError as e:
+            out[lead] = e
+            continue
+        asking.append(lead)
+        for m in msgs:
+            votes.setdefault(m.to, []).append(PeerRequest(
+                RequestKind.STEP, lead.tablet.tablet_id, m.to, messages=(m,)))
+    answers = _run_with_retries(transport, votes) if votes else {}
+    by_tablet = {lead.tablet.tablet_id: lead for lead in asking}
+    for resps in answers.values():
+        for resp in resps or ():
+            node = by_tablet[resp.tablet_id].node
+            if node is not None:
+                for m in resp.messages:
+                    node.step(m)
+    winners: list[TabletLeader] = []
+    for lead in asking:
+        try:
+            out[lead] = lead._won()
+            winners.append(lead)
+        except KuduError as e:
+            out[lead] = e
+    for _ in range(_MAX_ROUNDS):  # the no-op of each new term, and its commit
+        busy = [lead for lead in winners if lead.node is not None and lead.node.has_ready()]
+        if not busy:
+            break
+        for lead, err in run_round(transport, busy).items():
+            out[lead] = err
+            winners.remove(lead)
     return out
 
 

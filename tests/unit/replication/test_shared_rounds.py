@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pyspark_kudu.spark.leader import TabletLeader, TabletReplicas, replicate
+from pyspark_kudu.spark.leader import TabletLeader, TabletReplicas, elect_all, replicate
 from pyspark_kudu.spark.service import ReplicationService
 from pyspark_kudu.spark.transport import DirectTransport
 from pyspark_kudu.wal import SyncPolicy, WalOptions
@@ -74,3 +74,24 @@ def test_concurrent_writers_share_rounds_and_each_gets_its_own_positions(
     assert len(indexes) == len(set(indexes)) == writers * per_writer
     assert lead.node is not None
     assert max(indexes) <= lead.node.commit_index
+
+
+def test_electing_many_tablets_costs_the_rounds_of_one(transport: DirectTransport) -> None:
+    def fresh(n: int, prefix: str) -> list[TabletLeader]:
+        out = []
+        for k in range(n):
+            lead = TabletLeader(TabletReplicas(f"{prefix}-{k}", TS), TS[k % 3], transport)
+            lead.create()
+            out.append(lead)
+        return out
+
+    one = fresh(1, "solo")
+    before = transport.rounds
+    assert all(isinstance(t, int) for t in elect_all(transport, one).values())
+    rounds_for_one = transport.rounds - before
+    many = fresh(6, "many")
+    before = transport.rounds
+    terms = elect_all(transport, many)
+    assert all(isinstance(t, int) for t in terms.values()), terms
+    assert transport.rounds - before == rounds_for_one
+    assert all(lead.node is not None and lead.node.commit_index >= 2 for lead in many)
