@@ -49,6 +49,7 @@ from pyspark_kudu.errors import (
 from pyspark_kudu.master.client import MasterClient, TableLocations
 from pyspark_kudu.master.embedded import EmbeddedMaster
 from pyspark_kudu.master.entities import TServerMeta
+from pyspark_kudu.master.records import TabletReport
 from pyspark_kudu.partitioning import Partitioner, PartitionSchema
 from pyspark_kudu.schema import Predicate, Schema
 from pyspark_kudu.spark.leader import RoundFailedError, TabletLeader, TabletReplicas, elect_all
@@ -253,6 +254,7 @@ class KuduContext:
             for e in result.errors:
                 row = chunk.slice(e.row, 1).to_pylist()[0] if e.row >= 0 else {}
                 errors.append((tablet_id, row, e.status, e.message))
+        self._report_commits([leaders[t] for t in {t for t, _, _ in pending}])
         summary = WriteSummary(written, len(errors), len({t for t, _, _ in pending}))
         if errors:
             sample = "; ".join(f"{s} {r}" for _, r, s, _ in errors[:3])
@@ -260,6 +262,27 @@ class KuduContext:
                 f"failed to write {len(errors)} rows to table {table} "
                 f"({written} written); sample errors: {sample}", errors, written)
         return summary
+
+    def _report_commits(self, leaders: Sequence[TabletLeader]) -> None:
+        """Record each tablet's leader, term and commit index in the master (DESIGN §3: scans
+        and tools read what is committed from there). One heartbeat per leader replica's
+        tablet server carries all its tablets."""
+        by_ts: dict[str, list[dict[str, Any]]] = {}
+        for lead in leaders:
+            node = lead.node
+            if node is None:
+                continue
+            by_ts.setdefault(lead.leader_id, []).append(TabletReport(
+                lead.tablet.tablet_id, node.term, leader=lead.leader_id,
+                committed_index=node.commit_index).to_dict())
+        if not by_ts:
+            return
+        servers = {s.uuid: s for s in self.servers}
+        address = self.master.leader_address()
+        for ts, reports in by_ts.items():
+            loc = servers[ts]
+            self.master.heartbeat_to(address, TServerMeta(ts, loc.host, data_root=loc.root or ""),
+                                     reports)
 
     def _leaders_for(self, locs: TableLocations, tablet_ids: Sequence[str]
                      ) -> dict[str, TabletLeader]:

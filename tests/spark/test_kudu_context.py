@@ -32,6 +32,9 @@ def test_rows_written_are_read_back_exactly(spark: SparkSession, kudu: KuduConte
     df = spark.createDataFrame(rows, STRUCT)
     summary = kudu.insert_rows(df, "people")
     assert summary.rows_written == 40 and summary.row_errors == 0 and summary.tablets == 3
+    # The master records each tablet's leader, term and commit index (DESIGN §3).
+    for t in kudu.master.get_table("people").tablets:
+        assert t.leader and t.reported_term >= 2 and t.committed_index >= 3, t
     back = kudu.read_table("people").orderBy("id")
     # The read schema marks key columns (kudu.key metadata); data and nullability must match.
     assert_df_equality(back, df.orderBy("id"), ignore_metadata=True)
