@@ -39,6 +39,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pyspark_kudu.consensus.confchange import apply_conf_change, check_conf_change
+from pyspark_kudu.consensus.leader import LeaderSide
 from pyspark_kudu.consensus.log import RaftLog
 from pyspark_kudu.consensus.messages import (
     NONE,
@@ -69,7 +70,7 @@ _MT = MessageType
 _TRANSFER_CONTEXT = b"CampaignTransfer"
 
 
-class RaftNode:
+class RaftNode(LeaderSide):
     """One Raft participant. See the module docstring for the rules it follows."""
 
     def __init__(self, config: Config) -> None:
@@ -256,27 +257,6 @@ class RaftNode:
             return
         self._step(m)
 
-    def has_read_lease(self) -> bool:
-        """True while this leader may serve linearizable reads without a log round.
-
-        Leader lease (thesis §6.4.1): with check-quorum on, a follower ignores vote requests
-        for one election timeout after hearing from its leader, so no other leader can be
-        elected within that time of a quorum having heard from this one. Time is counted
-        from the *send* tick of heartbeats a quorum answered (echoed in the response), and
-        the lease is half an election timeout, as margin for ticks that run at slightly
-        different rates on different machines. Always False without check-quorum.
-        """
-        if self.role != Role.LEADER or not self._cfg.check_quorum:
-            return False
-        voters = self._tracker.voters
-        if not voters:
-            return False
-        contacts = sorted(
-            (self._ticks if v == self.id else self._tracker.progress[v].last_contact
-             for v in voters), reverse=True)
-        oldest_in_quorum = contacts[self._tracker.quorum() - 1]
-        return self._ticks - oldest_in_quorum < max(1, self._cfg.election_tick // 2)
-
     def broadcast_heartbeat(self) -> None:
         """Leader only: send heartbeats now (a commit-only round); ignored otherwise."""
         self._step(Message(_MT.BEAT, frm=self.id))
@@ -343,85 +323,6 @@ class RaftNode:
                 self.vote = m.frm
         else:
             self._send(Message(resp, to=m.frm, term=self.term, reject=True))
-
-    def _step_leader(self, m: Message) -> None:
-        match m.type:
-            case _MT.BEAT:
-                self._bcast_heartbeat()
-                return
-            case _MT.CHECK_QUORUM:
-                if not self._tracker.quorum_active(self.id):
-                    self._become_follower(self.term, NONE)
-                for pid, other in self._tracker.progress.items():
-                    if pid != self.id:
-                        other.recent_active = False
-                return
-            case _MT.PROP:
-                self._leader_append(m)
-                return
-            case _:
-                pass
-        pr = self._tracker.progress.get(m.frm)
-        if pr is None:
-            return
-        match m.type:
-            case _MT.APP_RESP:
-                pr.recent_active = True
-                if m.reject:
-                    hint = m.reject_hint
-                    if m.log_term > 0:
-                        # Fast backtracking: skip every entry of ours whose term exceeds the
-                        # follower's term at ``hint``; they cannot match.
-                        hint, _ = self.log.find_conflict_by_term(m.reject_hint, m.log_term)
-                    if pr.maybe_decr_to(m.index, hint):
-                        if pr.state == ProgressState.REPLICATE:
-                            pr.become_probe()
-                        self._send_append(m.frm)
-                    return
-                old_paused = pr.is_paused()
-                if not pr.maybe_update(m.index):
-                    return
-                if pr.state == ProgressState.PROBE:
-                    pr.become_replicate()
-                elif pr.state == ProgressState.SNAPSHOT and pr.match >= pr.pending_snapshot:
-                    pr.become_probe()
-                    pr.become_replicate()
-                elif pr.state == ProgressState.REPLICATE:
-                    pr.inflights.free_le(m.index)
-                if self._maybe_commit():
-                    self._bcast_append()
-                elif old_paused:
-                    self._send_append(m.frm)
-                while self._maybe_send_append(m.frm, send_if_empty=False):
-                    pass
-                if m.frm == self._lead_transferee and pr.match == self.log.last_index():
-                    self._send(Message(_MT.TIMEOUT_NOW, to=m.frm))
-            case _MT.HEARTBEAT_RESP:
-                pr.recent_active = True
-                # The heartbeat's send tick, echoed back: the follower heard from us no
-                # earlier than that, which is what its vote-refusal window counts from.
-                if m.context.isdigit():
-                    pr.last_contact = max(pr.last_contact, int(m.context))
-                pr.probe_sent = False
-                if pr.state == ProgressState.REPLICATE and pr.inflights.full():
-                    pr.inflights.reset()
-                if pr.match < self.log.last_index():
-                    self._send_append(m.frm)
-            case _MT.SNAP_STATUS:
-                if pr.state != ProgressState.SNAPSHOT:
-                    return
-                if m.reject:
-                    pr.pending_snapshot = 0
-                pr.become_probe()
-                # Wait for the next heartbeat response before probing again.
-                pr.probe_sent = True
-            case _MT.UNREACHABLE:
-                if pr.state == ProgressState.REPLICATE:
-                    pr.become_probe()
-            case _MT.TRANSFER_LEADER:
-                self._handle_transfer_leader(m.frm)
-            case _:
-                pass
 
     def _step_candidate(self, m: Message) -> None:
         my_resp = _MT.PRE_VOTE_RESP if self.role == Role.PRE_CANDIDATE else _MT.VOTE_RESP
@@ -654,91 +555,6 @@ class RaftNode:
         stamped = [Entry(self.term, li + 1 + i, e.type, e.data) for i, e in enumerate(ents)]
         self.log.append(stamped)
 
-    def _self_persisted(self) -> None:
-        """Our own log reached durable state: count ourselves toward commit (rule 3)."""
-        me = self._tracker.progress.get(self.id)
-        if me is None:
-            return
-        stable_last = self.log.unstable.offset - 1
-        if me.maybe_update(stable_last) and self._maybe_commit():
-            self._bcast_append()
-
-    def _maybe_commit(self) -> bool:
-        return self.log.maybe_commit(self._tracker.committed(), self.term)
-
-    def _bcast_append(self) -> None:
-        for pid in sorted(self._tracker.progress):
-            if pid != self.id:
-                self._send_append(pid)
-
-    def _bcast_heartbeat(self) -> None:
-        for pid in sorted(self._tracker.progress):
-            if pid == self.id:
-                continue
-            pr = self._tracker.progress[pid]
-            # Never tell a follower to commit past what it is known to hold.
-            commit = min(pr.match, self.log.committed)
-            self._send(Message(_MT.HEARTBEAT, to=pid, commit=commit,
-                               context=str(self._ticks).encode()))
-
-    def _send_append(self, to: str) -> None:
-        self._maybe_send_append(to, send_if_empty=True)
-
-    def _maybe_send_append(self, to: str, send_if_empty: bool) -> bool:
-        pr = self._tracker.progress[to]
-        if pr.is_paused():
-            return False
-        prev_index = pr.next - 1
-        try:
-            prev_term = self.log.term(prev_index)
-            ents = self.log.entries_from(pr.next, self._cfg.max_size_per_msg)
-        except CompactedError:
-            return self._send_snapshot(to)
-        if not ents and not send_if_empty:
-            return False
-        self._send(
-            Message(_MT.APP, to=to, index=prev_index, log_term=prev_term,
-                    entries=tuple(ents), commit=self.log.committed)
-        )
-        if ents and pr.state == ProgressState.REPLICATE:
-            last = ents[-1].index
-            pr.optimistic_update(last)
-            pr.inflights.add(last)
-        elif pr.state == ProgressState.PROBE:
-            pr.probe_sent = True
-        return True
-
-    def _send_snapshot(self, to: str) -> bool:
-        pr = self._tracker.progress[to]
-        if not pr.recent_active:
-            return False  # do not ship a tablet copy to a peer that may be down
-        snap = self.log.snapshot()
-        if snap.is_empty():
-            raise ConsensusError(
-                f"{self.id}: entries for {to} are compacted but no snapshot exists"
-            )
-        self._send(Message(_MT.SNAP, to=to, snapshot=snap))
-        pr.become_snapshot(snap.metadata.index)
-        return True
-
-    def _handle_transfer_leader(self, transferee: str) -> None:
-        pr = self._tracker.progress.get(transferee)
-        if pr is None or pr.is_learner:
-            return
-        if self._lead_transferee != NONE:
-            if self._lead_transferee == transferee:
-                return
-            self._lead_transferee = NONE
-        if transferee == self.id:
-            return
-        # The transfer must finish within one election timeout, else it is aborted (§3.10).
-        self._election_elapsed = 0
-        self._lead_transferee = transferee
-        if pr.match == self.log.last_index():
-            self._send(Message(_MT.TIMEOUT_NOW, to=transferee))
-        else:
-            self._send_append(transferee)
-
     # -- configuration -----------------------------------------------------------------------
     def _apply_conf_change(self, cc: ConfChange) -> None:
         new = apply_conf_change(self.conf_state, cc)
@@ -759,12 +575,6 @@ class RaftNode:
             self._bcast_append()
         else:
             self._bcast_append_new_members()
-
-    def _bcast_append_new_members(self) -> None:
-        for pid in sorted(self._tracker.progress):
-            pr = self._tracker.progress[pid]
-            if pid != self.id and pr.match == 0 and not pr.probe_sent:
-                self._send_append(pid)
 
     # -- clocks ------------------------------------------------------------------------------
     def _tick_election(self) -> None:
