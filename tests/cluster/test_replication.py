@@ -6,7 +6,6 @@ Each test uses its own tablet ids, so tests share the session's cluster without 
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -19,6 +18,7 @@ from pyspark_kudu.spark.rounds import SparkTransport, TabletServerLocation
 from pyspark_kudu.spark.standalone import StandaloneCluster
 from pyspark_kudu.spark.tserver import ensure_instance, local_data_root
 from pyspark_kudu.wal import WalStorage
+from tests.waiting import wait_until
 
 
 def _register(spark: SparkSession, cluster: StandaloneCluster) -> list[TabletServerLocation]:
@@ -76,19 +76,15 @@ def test_a_write_still_commits_after_a_follower_host_is_killed(
     lead.propose([b"before"])
     victim = replicas[2].host
     standalone_cluster.kill_worker(victim)
-    deadline = time.monotonic() + 60
-    while victim in executor_hosts(sc):
-        assert time.monotonic() < deadline, f"driver did not notice executor loss on {victim}"
-        time.sleep(0.2)
+    wait_until(lambda: victim not in executor_hosts(sc), 60,
+               f"the driver noticing the executor loss on {victim}", poll_s=0.2)
     lead.propose([b"after"])
     for s in replicas[:2]:
         assert _writes(standalone_cluster.data_root(s.host), tablet.tablet_id)[:2] == [
             b"before", b"after"]
     standalone_cluster.start_worker(victim)
-    deadline = time.monotonic() + 120
-    while victim not in executor_hosts(sc):
-        assert time.monotonic() < deadline, f"no executor came back on {victim}"
-        time.sleep(0.5)
+    wait_until(lambda: victim in executor_hosts(sc), 120,
+               f"an executor coming back on {victim}", poll_s=0.5)
     lead.heartbeat()
     lead.heartbeat()
     assert _writes(standalone_cluster.data_root(victim), tablet.tablet_id) == [b"before", b"after"]
@@ -122,7 +118,5 @@ def test_killing_a_follower_host_during_a_round_still_commits_on_the_majority(
         assert _writes(standalone_cluster.data_root(s.host), tablet.tablet_id) == [
             b"during-kill"]
     standalone_cluster.start_worker(victim)
-    deadline = time.monotonic() + 120
-    while victim not in executor_hosts(sc):
-        assert time.monotonic() < deadline, f"no executor came back on {victim}"
-        time.sleep(0.5)
+    wait_until(lambda: victim in executor_hosts(sc), 120,
+               f"an executor coming back on {victim}", poll_s=0.5)

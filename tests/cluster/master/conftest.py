@@ -7,10 +7,8 @@ here are killed, by pid.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
 
@@ -18,22 +16,11 @@ from pyspark_kudu.master.entities import TServerMeta
 from pyspark_kudu.master.heartbeater import TabletServerHeartbeater
 from pyspark_kudu.master.localcluster import MasterProcessCluster
 from pyspark_kudu.schema import ColumnSchema, Schema
+from tests.waiting import wait_until
 
 SCHEMA = Schema((ColumnSchema("id", "int64", nullable=False), ColumnSchema("v", "string")),
                 ("id",))
 TOKEN = "cluster-secret"
-T = TypeVar("T")
-
-
-def wait_until(cond: Callable[[], T], timeout: float, what: str) -> T:
-    end = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > end:
-            raise AssertionError(f"{what} did not happen within {timeout:.0f} s")
-        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
 
@@ -13,23 +11,11 @@ from pyspark_kudu.master.embedded import EmbeddedMaster
 from pyspark_kudu.master.entities import TServerMeta
 from pyspark_kudu.master.replica import ReplicaOptions
 from pyspark_kudu.schema import ColumnSchema, Schema
+from tests.waiting import wait_until
 
 FAST = ReplicaOptions(tick_interval_s=0.02, election_ticks=15, heartbeat_ticks=2)
 SCHEMA = Schema((ColumnSchema("id", "int64", nullable=False), ColumnSchema("v", "string")),
                 ("id",))
-T = TypeVar("T")
-
-
-def wait_until(cond: Callable[[], T], timeout: float, what: str) -> T:
-    """Poll ``cond`` until truthy; fail saying ``what`` did not happen."""
-    end = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > end:
-            raise AssertionError(f"{what} did not happen within {timeout:.1f} s")
-        time.sleep(0.01)
 
 
 def register_tservers(group: EmbeddedMaster, n: int = 3) -> list[TServerMeta]:
