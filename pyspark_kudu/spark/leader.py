@@ -70,6 +70,7 @@ __all__ = [
 _MAX_ROUND_ATTEMPTS = 3
 _MAX_ROUNDS = 8
 _MAX_CATCH_UP_STEPS = 16
+_TRIM_BATCH = 64  # compact the driver's log mirror in steps of at least this many entries
 
 
 class FencedError(AbortedError):
@@ -296,6 +297,7 @@ class TabletLeader:
         if rnd.ready.hard_state is not None:
             self._view.set_hard_state(rnd.ready.hard_state)
         node.advance(rnd.ready)
+        self._trim_view()
         for follower in rnd.snaps:
             self._catch_up(follower)
         if node.role != Role.LEADER:
@@ -336,6 +338,20 @@ class TabletLeader:
         except RoundFailedError:
             ok = False  # the follower stays behind; the next round tries again
         node.report_snapshot(follower, ok)
+
+    def _trim_view(self) -> None:
+        """Drop mirrored entries every member has and that are applied: the driver keeps
+        only the log tail, not every batch ever written. A follower that still needs older
+        entries gets them from the leader replica's WAL (``_catch_up``)."""
+        node = self.node
+        if node is None or node.role != Role.LEADER:
+            return
+        matches = [m for pid, (m, _) in node.status().progress.items() if pid != self.leader_id]
+        floor = min([node.log.applied, node.commit_index, *matches])
+        if floor - self._view.first_index() + 1 < _TRIM_BATCH or floor > node.log.applied:
+            return
+        self._view.create_snapshot(floor, node.conf_state)
+        self._view.compact(floor)
 
     def _copy_entries(self, follower: str, lo: int, hi: int) -> bool:
         node = self._leader()

@@ -95,3 +95,26 @@ def test_electing_many_tablets_costs_the_rounds_of_one(transport: DirectTranspor
     assert all(isinstance(t, int) for t in terms.values()), terms
     assert transport.rounds - before == rounds_for_one
     assert all(lead.node is not None and lead.node.commit_index >= 2 for lead in many)
+
+
+def test_the_driver_keeps_only_the_log_tail_and_a_replica_back_later_still_catches_up(
+    transport: DirectTransport,
+) -> None:
+    (lead,) = _leaders(transport, 1)
+    follower = next(ts for ts in TS if ts != lead.leader_id)
+    transport.down = {follower}
+    for k in range(150):
+        lead.propose([f"w{k}".encode()])
+    assert lead.node is not None
+    # With one follower down its match pins the floor: nothing it lacks may be dropped.
+    kept = lead.node.log.last_index() - lead.node.log.first_index() + 1
+    assert kept >= 150
+    transport.down = set()
+    for _ in range(4):
+        lead.heartbeat()
+    assert lead.node.status().progress[follower][0] == lead.node.log.last_index()
+    for k in range(150, 300):
+        lead.propose([f"w{k}".encode()])
+    lead.heartbeat()
+    kept = lead.node.log.last_index() - lead.node.log.first_index() + 1
+    assert kept < 150, f"the driver still mirrors {kept} entries"
