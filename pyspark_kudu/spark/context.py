@@ -17,8 +17,7 @@ The client-side entry point of DESIGN §1-3. A context
    replica at the client's commit index, so a write that returned is visible to the next
    read; any other replica serves only what it knows committed.
 
-Known gaps (issue 6, next steps): rows reach the driver before routing (``toArrow``) rather
-than being encoded on executors and shuffled; tablet-server liveness is refreshed at each
+Known gaps (issue 6, next steps): tablet-server liveness is refreshed at each
 DDL rather than by a heartbeat thread; replicas of deleted tables are not yet removed.
 
 Thread-safety: ``KuduContext`` methods may be called from several threads; writes share
@@ -27,11 +26,13 @@ rounds through the service, and leader elections are serialised by a lock.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from concurrent.futures import Future
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, as_completed
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,16 +53,22 @@ from pyspark_kudu.master.entities import TServerMeta
 from pyspark_kudu.master.records import TabletReport
 from pyspark_kudu.partitioning import Partitioner, PartitionSchema
 from pyspark_kudu.schema import Predicate, Schema
+from pyspark_kudu.spark.dataplane import (
+    StagedRef,
+    StagingJanitor,
+    stage_batches,
+    staging_schema,
+)
 from pyspark_kudu.spark.leader import RoundFailedError, TabletLeader, TabletReplicas, elect_all
 from pyspark_kudu.spark.peer import PeerRequest, RequestKind, scan_replica
 from pyspark_kudu.spark.pinned import executor_hosts, pinned_rdd
-from pyspark_kudu.spark.rounds import SparkTransport, TabletServerLocation
+from pyspark_kudu.spark.rounds import SparkTransport, TabletServerLocation, root_cause
 from pyspark_kudu.spark.service import ReplicationService, WriteOutcome
 from pyspark_kudu.spark.tserver import ensure_instance, local_data_root, run_pinned
-from pyspark_kudu.tablet import OpType, encode_write_batch
+from pyspark_kudu.tablet import OpType
 from pyspark_kudu.wal import WalOptions
 
-__all__ = ["KuduContext", "WriteSummary"]
+__all__ = ["KuduContext", "WriteProgress", "WriteSummary"]
 
 WAREHOUSE_CONF = "spark.kudu.warehouse"
 _MAX_BATCH_ROWS = 65536
@@ -72,6 +79,41 @@ class WriteSummary:
     rows_written: int
     row_errors: int
     tablets: int
+
+
+@dataclass(frozen=True)
+class WriteProgress:
+    """How far a write got: rows and batches committed so far, out of the totals."""
+
+    rows_done: int
+    rows_total: int
+    batches_done: int
+    batches_total: int
+
+
+_OPERATIONS = {
+    "insert": OpType.INSERT,
+    "insert_ignore": OpType.INSERT_IGNORE,
+    "upsert": OpType.UPSERT,
+    "update": OpType.UPDATE,
+    "update_ignore": OpType.UPDATE_IGNORE,
+    "delete": OpType.DELETE,
+    "delete_ignore": OpType.DELETE_IGNORE,
+}
+
+
+def _check_columns(df: DataFrame, schema: Schema, table: str) -> None:
+    """The DataFrame must only have the table's columns and must have every key column."""
+    names = df.columns
+    unknown = [c for c in names if not schema.has_column(c)]
+    if unknown:
+        raise InvalidArgumentError(
+            f"table {table}: DataFrame columns {unknown} are not in the table schema "
+            f"{schema.names}; drop or rename them")
+    missing = [k for k in schema.primary_key if k not in names]
+    if missing:
+        raise InvalidArgumentError(
+            f"table {table}: the DataFrame lacks primary key columns {missing}")
 
 
 @dataclass(frozen=True)
@@ -108,12 +150,15 @@ class KuduContext:
         self._register()
         self.transport = SparkTransport(sc, self.servers, wal_options)
         self._service = ReplicationService(self.transport)
+        self._janitor = StagingJanitor(sc, [s.host for s in self.servers],
+                                       self.warehouse if self._local else None)
         self._leaders: dict[str, TabletLeader] = {}
         self._lock = threading.Lock()
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
         self._service.close()
+        self._janitor.close()
         self.master.close()
         if self._embedded is not None:
             self._embedded.close()
@@ -202,60 +247,115 @@ class KuduContext:
 
     # -- writes ------------------------------------------------------------------------------
     def insert_rows(self, df: DataFrame, table: str) -> WriteSummary:
-        return self._write(df, table, OpType.INSERT)
+        return self.write(df, table, "insert")
 
     def insert_ignore_rows(self, df: DataFrame, table: str) -> WriteSummary:
-        return self._write(df, table, OpType.INSERT_IGNORE)
+        return self.write(df, table, "insert_ignore")
 
     def upsert_rows(self, df: DataFrame, table: str) -> WriteSummary:
-        return self._write(df, table, OpType.UPSERT)
+        return self.write(df, table, "upsert")
 
     def update_rows(self, df: DataFrame, table: str) -> WriteSummary:
-        return self._write(df, table, OpType.UPDATE)
+        return self.write(df, table, "update")
+
+    def update_ignore_rows(self, df: DataFrame, table: str) -> WriteSummary:
+        return self.write(df, table, "update_ignore")
 
     def delete_rows(self, df: DataFrame, table: str) -> WriteSummary:
-        return self._write(df, table, OpType.DELETE)
+        return self.write(df, table, "delete")
 
     def delete_ignore_rows(self, df: DataFrame, table: str) -> WriteSummary:
-        return self._write(df, table, OpType.DELETE_IGNORE)
+        return self.write(df, table, "delete_ignore")
 
-    def _write(self, df: DataFrame, table: str, op: OpType) -> WriteSummary:
+    def write(self, df: DataFrame, table: str, operation: str = "upsert", *,
+              progress: Callable[[WriteProgress], None] | None = None,
+              batch_rows: int = _MAX_BATCH_ROWS) -> WriteSummary:
+        """Write ``df``'s rows to ``table`` with Kudu's ``operation``; returns once every
+        batch is committed on a majority of its tablet's replicas.
+
+        The rows are routed and encoded on the executors that hold them and shuffled to the
+        replicas' hosts (:mod:`~pyspark_kudu.spark.dataplane`); only small refs reach the
+        driver. ``progress`` is called as tablets' batches commit.
+
+        Raises:
+            InvalidArgumentError: unknown operation, a column the table lacks, a missing key
+                column, or values that do not fit the schema; nothing is written.
+            RowWriteError: some rows were rejected (e.g. duplicate keys for ``insert``); the
+                others are written and the error lists the rejected rows' keys.
+        """
+        op = _OPERATIONS.get(operation)
+        if op is None:
+            raise InvalidArgumentError(
+                f"Unsupported operation type {operation!r}: use one of {sorted(_OPERATIONS)}")
+        if batch_rows < 1:
+            raise InvalidArgumentError(f"batch_rows must be >= 1, got {batch_rows}")
         locs = self.master.get_table(table)
         schema = locs.table.schema
+        _check_columns(df, schema, table)
         partitioner = Partitioner(schema, PartitionSchema.from_dict(
             locs.table.partition_schema, schema))
-        data = df.toArrow()
-        pending: list[tuple[str, pa.Table, Future[WriteOutcome]]] = []
+        write_id = uuid.uuid4().hex
+        staging_root = self.warehouse if self._local else None
+        try:
+            staged = df.mapInArrow(
+                stage_batches(schema, partitioner, op, write_id, staging_root, batch_rows),
+                staging_schema()).collect()
+        except Exception as e:  # the staging job failed: nothing was proposed
+            self._janitor.remove(write_id)
+            cause = root_cause(str(e))
+            if cause.startswith("InvalidArgumentError: "):
+                raise InvalidArgumentError(
+                    f"table {table}: {cause.removeprefix('InvalidArgumentError: ')}") from None
+            raise
+        try:
+            return self._replicate_staged(table, locs, staged, progress)
+        finally:
+            self._janitor.remove(write_id)
+
+    def _replicate_staged(self, table: str, locs: TableLocations, staged: Sequence[Any],
+                          progress: Callable[[WriteProgress], None] | None) -> WriteSummary:
         errors: list[tuple[str, dict[str, object], str, str]] = []
-        groups = sorted(partitioner.split_batch(data).items())
-        leaders = self._leaders_for(locs, [locs.tablets[p].tablet_id for p, _ in groups
-                                           if p >= 0])
-        for pidx, part in groups:
-            if pidx < 0:
-                errors.extend(("", row, "NotFound", "row is in no range partition")
-                              for row in part.to_pylist())
-                continue
-            tablet = locs.tablets[pidx]
-            lead = leaders[tablet.tablet_id]
-            for off in range(0, part.num_rows, _MAX_BATCH_ROWS):
-                chunk = part.slice(off, _MAX_BATCH_ROWS)
-                enc = encode_write_batch(schema, op, chunk)
-                pending.append((tablet.tablet_id, chunk,
-                                self._service.submit(lead, [enc], want_results=True)))
-        written = 0
-        for tablet_id, chunk, fut in pending:
+        refs: dict[int, list[StagedRef]] = {}
+        for row in staged:
+            if row["bad_row"] is not None:
+                errors.append(("", json.loads(row["bad_row"]), "NotFound",
+                               "row is in no range partition"))
+            else:
+                ref = StagedRef.decode(bytes(row["ref"]))
+                assert ref is not None
+                refs.setdefault(ref.tablet, []).append(ref)
+        tablet_ids = [locs.tablets[p].tablet_id for p in sorted(refs)]
+        leaders = self._leaders_for(locs, tablet_ids) if tablet_ids else {}
+        futures: dict[Future[WriteOutcome], tuple[str, list[StagedRef]]] = {}
+        for pidx in sorted(refs):
+            tid = locs.tablets[pidx].tablet_id
+            fut = self._service.submit(leaders[tid], [r.encode() for r in refs[pidx]],
+                                       want_results=True)
+            futures[fut] = (tid, refs[pidx])
+        total_rows = sum(r.rows for rs in refs.values() for r in rs)
+        total_batches = sum(len(rs) for rs in refs.values())
+        written = rows_done = batches_done = 0
+        failure: BaseException | None = None
+        for fut in as_completed(futures):
+            tid, batch_refs = futures[fut]
             try:
-                ((_, _, result),) = fut.result()
-            except RoundFailedError:
-                self._leaders.pop(tablet_id, None)  # elect again next time
-                raise
-            assert result is not None
-            written += result.num_rows - len(result.errors)
-            for e in result.errors:
-                row = chunk.slice(e.row, 1).to_pylist()[0] if e.row >= 0 else {}
-                errors.append((tablet_id, row, e.status, e.message))
-        self._report_commits([leaders[t] for t in {t for t, _, _ in pending}])
-        summary = WriteSummary(written, len(errors), len({t for t, _, _ in pending}))
+                outcome = fut.result()
+            except RoundFailedError as e:
+                self._leaders.pop(tid, None)  # elect again next time
+                failure = failure or e
+                continue
+            for (_, _, result), ref in zip(outcome, batch_refs, strict=True):
+                assert result is not None
+                written += result.num_rows - len(result.errors)
+                errors.extend((tid, e.key or {}, e.status, e.message) for e in result.errors)
+                rows_done += ref.rows
+                batches_done += 1
+            if progress is not None:
+                progress(WriteProgress(rows_done, total_rows, batches_done, total_batches))
+        if failure is not None:
+            raise failure
+        self._report_commits([leaders[t] for t in tablet_ids])
+        summary = WriteSummary(written, len(errors), len(tablet_ids))
         if errors:
             sample = "; ".join(f"{s} {r}" for _, r, s, _ in errors[:3])
             raise RowWriteError(

@@ -339,6 +339,26 @@ class TabletLeader:
             ok = False  # the follower stays behind; the next round tries again
         node.report_snapshot(follower, ok)
 
+    def release(self, upto: int) -> None:
+        """Entries up to ``upto`` must no longer be sent from the driver: their data may be
+        staged-batch refs whose files are about to be removed. Drop them from the mirror
+        (as far as they are committed and applied); a follower still missing them is then
+        caught up from the leader replica's log (``_catch_up``), which holds the batches."""
+        node = self.node
+        if node is None or node.role != Role.LEADER:
+            return
+        floor = min(upto, node.log.applied, node.commit_index)
+        if floor < self._view.first_index():
+            return
+        self._view.create_snapshot(floor, node.conf_state)
+        self._view.compact(floor)
+
+    def abandon(self, reason: str) -> None:
+        """Give up this leadership (after a failed write): the next write elects again and
+        rebuilds the log mirror from the replicas, which hold real batches, not refs."""
+        self.node = None
+        self.fenced_reason = reason
+
     def _trim_view(self) -> None:
         """Drop mirrored entries every member has and that are applied: the driver keeps
         only the log tail, not every batch ever written. A follower that still needs older

@@ -46,9 +46,9 @@ import fcntl
 import json
 import os
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
@@ -65,6 +65,7 @@ from pyspark_kudu.consensus.storage import bootstrap
 from pyspark_kudu.errors import CompactedError, KuduError
 from pyspark_kudu.fileio import FileIO
 from pyspark_kudu.schema import Predicate, Schema
+from pyspark_kudu.spark.dataplane import contains_ref, resolve_refs
 from pyspark_kudu.spark.tabletlog import WalCommittedLog
 from pyspark_kudu.tablet import Tablet, WriteResult
 from pyspark_kudu.tablet.superblock import SUPERBLOCK_FILE
@@ -183,20 +184,33 @@ def handle_requests(
     requests: Sequence[PeerRequest],
     host: str = "",
     options: WalOptions | None = None,
+    delivered: Mapping[str, bytes] | None = None,
 ) -> list[PeerResponse]:
     """Serve ``requests`` against the replicas under data root ``root``, in order.
 
-    A failure of one replica (corruption, disk full, fencing) is reported in its response and
+    Entries that are staged-batch refs (:mod:`~pyspark_kudu.spark.dataplane`) are first
+    replaced by the batches ``delivered`` by the round's shuffle; a request that still
+    carries a ref is refused, so a ref never reaches a log. A failure of one replica
+    (corruption, disk full, fencing, a batch not delivered) is reported in its response and
     does not stop the others.
     """
     out: list[PeerResponse] = []
     for req in requests:
         try:
+            req = _resolved(req, delivered or {})
             out.append(_handle_one(root, req, host, options))
         except KuduError as e:
             out.append(PeerResponse(req.tablet_id, req.replica_id, ok=False, host=host,
                                     error=f"{type(e).__name__}: {e}"))
     return out
+
+
+def _resolved(req: PeerRequest, delivered: Mapping[str, bytes]) -> PeerRequest:
+    entries = resolve_refs(req.entries, delivered) if contains_ref(req.entries) else req.entries
+    messages = tuple(
+        replace(m, entries=resolve_refs(m.entries, delivered)) if contains_ref(m.entries) else m
+        for m in req.messages)
+    return replace(req, entries=entries, messages=messages)
 
 
 @contextmanager

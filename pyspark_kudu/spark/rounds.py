@@ -14,9 +14,10 @@ If any task dies, Spark aborts the barrier stage without retrying it (measured, 
 the round reports every tablet server as failed and :class:`TabletLeader` retries without the
 hosts that have lost their executor.
 
-Known gap (next step of issue 6): request payloads (including entry bytes) travel inside the
-task from the driver; for DataFrame writes the batches should instead be shuffled from the
-executors that encoded them.
+Write batches do not travel inside the tasks: the driver's entries carry staged-batch refs
+and a round that has any becomes one job of two stages, a pinned map stage on the staging
+hosts and the barrier stage zipped with the shuffle that delivers the batches to every
+replica's host (:mod:`pyspark_kudu.spark.dataplane`, :meth:`SparkTransport.run`).
 
 Thread-safety: ``SparkTransport.run`` may be called from several driver threads (Spark
 schedules concurrent jobs); the registry is read-only after construction.
@@ -32,12 +33,13 @@ from typing import Any
 
 from pyspark import SparkContext
 
+from pyspark_kudu.spark.dataplane import StagedRef, read_staged, refs_in
 from pyspark_kudu.spark.peer import PeerRequest, PeerResponse, handle_requests
 from pyspark_kudu.spark.pinned import executor_hosts, pinned_rdd
 from pyspark_kudu.spark.tserver import current_host, local_data_root, run_pinned
 from pyspark_kudu.wal import WalOptions
 
-__all__ = ["SparkTransport", "TabletServerLocation"]
+__all__ = ["SparkTransport", "TabletServerLocation", "root_cause"]
 
 _log = logging.getLogger(__name__)
 
@@ -59,14 +61,16 @@ class _HostTask:
     options: WalOptions | None
 
 
-def _serve_host(task: _HostTask) -> list[tuple[str, list[PeerResponse] | None, str]]:
+def _serve_host(task: _HostTask, delivered: Mapping[str, bytes] | None = None
+                ) -> list[tuple[str, list[PeerResponse] | None, str]]:
     """Executor side: serve each tablet server's requests if this host really holds it."""
     out: list[tuple[str, list[PeerResponse] | None, str]] = []
     for ts_uuid, root_hint, reqs in task.items:
         root = local_data_root(root_hint)
         res = run_pinned(root, ts_uuid,
                          lambda r, reqs=reqs: handle_requests(  # type: ignore[misc]
-                             r, reqs, host=current_host(), options=task.options))
+                             r, reqs, host=current_host(), options=task.options,
+                             delivered=delivered))
         out.append((ts_uuid, res.value if res.ok else None, res.misplaced_reason))
     return out
 
@@ -76,10 +80,33 @@ def _barrier_partition(it: Iterator[_HostTask]) -> Iterator[list[tuple[str, Any,
         yield _serve_host(task)
 
 
-_PY_ERROR = re.compile(r"(?<![\w.$])([A-Z]\w*(?:Error|Exception)): ([^\n]*)")
+def _barrier_with_data(it: Iterator[tuple[_HostTask, list[tuple[int, tuple[str, bytes]]]]]
+                       ) -> Iterator[list[tuple[str, Any, str]]]:
+    for task, pairs in it:
+        yield _serve_host(task, {path: data for _, (path, data) in pairs})
 
 
-def _root_cause(message: str) -> str:
+def _emit_staged(items: Sequence[tuple[StagedRef, tuple[int, ...]]]
+                 ) -> Iterator[tuple[int, tuple[str, bytes]]]:
+    """Map side of a delivery: each staged batch this host holds, once per destination.
+    A batch missing here is simply not emitted; its replicas report it undelivered."""
+    for ref, dests in items:
+        data = read_staged(ref)
+        if data is None:
+            _log.warning("staged batch %s is not on %s", ref.path, current_host())
+            continue
+        for d in dests:
+            yield d, (ref.path, data)
+
+
+def _destination(k: int) -> int:
+    return k
+
+
+_PY_ERROR = re.compile(r"(?<![\w.$])(?:[a-z_]\w*\.)*([A-Z]\w*(?:Error|Exception)): ([^\n]*)")
+
+
+def root_cause(message: str) -> str:
     """The Python exception a failed stage carries (e.g. ``ModuleNotFoundError: ...``),
     else the first line: Spark wraps task errors in pages of JVM stack trace."""
     found = _PY_ERROR.findall(message)
@@ -120,11 +147,15 @@ class SparkTransport:
                  for h, items in sorted(by_host.items())]
         result: dict[str, list[PeerResponse] | None] = {ts: None for ts in requests}
         try:
-            collected = (pinned_rdd(self._sc, tasks).barrier()
-                         .mapPartitions(_barrier_partition).collect())
+            refs = self._refs_by_source(requests, [h for h, _ in sorted(by_host.items())])
+            if refs:
+                collected = self._run_with_data(tasks, refs)
+            else:
+                collected = (pinned_rdd(self._sc, tasks).barrier()
+                             .mapPartitions(_barrier_partition).collect())
         except Exception as e:  # a failed stage is a failed round, by design
             self.failed_rounds += 1
-            self.last_error = _root_cause(str(e))
+            self.last_error = root_cause(str(e))
             _log.warning("replication round failed as a whole: %s", self.last_error)
             return result
         for host_results in collected:
@@ -133,3 +164,37 @@ class SparkTransport:
                     _log.warning("tablet server %s: %s", ts, misplaced)
                 result[ts] = resps
         return result
+
+    def _refs_by_source(self, requests: Mapping[str, Sequence[PeerRequest]],
+                        hosts: Sequence[str]
+                        ) -> dict[str, list[tuple[StagedRef, tuple[int, ...]]]]:
+        """Staged batches this round must deliver: per staging host, each batch with the
+        indexes (in ``hosts``) of the hosts whose requests carry it."""
+        idx = {h: i for i, h in enumerate(hosts)}
+        dests: dict[str, tuple[StagedRef, set[int]]] = {}
+        for ts, reqs in requests.items():
+            d = idx[self._servers[ts].host]
+            for r in reqs:
+                for ref in refs_in(r.messages, r.entries):
+                    dests.setdefault(ref.path, (ref, set()))[1].add(d)
+        by_src: dict[str, list[tuple[StagedRef, tuple[int, ...]]]] = {}
+        for ref, ds in dests.values():
+            by_src.setdefault(ref.host, []).append((ref, tuple(sorted(ds))))
+        return by_src
+
+    def _run_with_data(self, tasks: list[tuple[_HostTask, list[str]]],
+                       refs: Mapping[str, Sequence[tuple[StagedRef, tuple[int, ...]]]]
+                       ) -> list[list[tuple[str, Any, str]]]:
+        """One job: map tasks pinned to the staging hosts emit each batch once per
+        destination host; the shuffle has one partition per destination host, zipped with
+        the pinned barrier tasks. A zipped partition has no location of its own, so the
+        scheduler takes the first parent's: the pinned side, i.e. the destination host."""
+        sc = self._sc
+        source = pinned_rdd(sc, [(tuple(items), [src]) for src, items in sorted(refs.items())])
+        shuffled = (source.flatMap(_emit_staged)
+                    .partitionBy(len(tasks), _destination)
+                    .glom())
+        out: list[list[tuple[str, Any, str]]] = (
+            pinned_rdd(sc, tasks).zip(shuffled).barrier()
+            .mapPartitions(_barrier_with_data).collect())
+        return out

@@ -11,6 +11,10 @@ one level up.
 
 A write's future resolves to its batches' ``(index, term)`` once committed on a majority, or
 to the error that stopped its tablet (the other tablets of the round are unaffected).
+Before futures resolve, each leader releases the entries of the finished writes from its
+driver-side log mirror (:meth:`~pyspark_kudu.spark.leader.TabletLeader.release`) and a
+leader whose write failed is abandoned, so a writer may remove its staged batches as soon
+as its future resolved (:mod:`pyspark_kudu.spark.dataplane`).
 
 Thread-safety: thread-safe. ``submit`` may be called from any thread; only the round thread
 touches the leaders (they are not thread-safe themselves).
@@ -115,6 +119,12 @@ class ReplicationService:
                         i for i, _ in res[offset:offset + len(w.batches)])
                 offset += len(w.batches)
         row_results = collect_results(self._transport, wanted) if wanted else {}
+        for lead in per_leader:
+            res = results[lead]
+            if isinstance(res, Exception):
+                lead.abandon(str(res))
+            elif res:
+                lead.release(max(i for i, _ in res))
         for lead, ws in per_leader.items():
             res = results[lead]
             per_row = row_results.get(lead, {})

@@ -1,8 +1,9 @@
 """Transports that run replication rounds (see :class:`~pyspark_kudu.spark.leader.PeerTransport`).
 
 :class:`DirectTransport` calls the replica handlers in this process, one data root per tablet
-server: it is what unit tests and single-process tools use, and the reference the Spark
-transport (a barrier stage of pinned tasks, :mod:`pyspark_kudu.spark.rounds`) must match.
+server (staged batches are read straight from their files): it is what unit tests and
+single-process tools use, and the reference the Spark transport (a barrier stage of pinned
+tasks, :mod:`pyspark_kudu.spark.rounds`) must match.
 
 Thread-safety: ``DirectTransport`` may be shared; per-replica exclusion is the replica lock.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from pyspark_kudu.spark.dataplane import read_staged, refs_in
 from pyspark_kudu.spark.peer import PeerRequest, PeerResponse, handle_requests
 from pyspark_kudu.wal import WalOptions
 
@@ -35,7 +37,10 @@ class DirectTransport:
             if ts in self.down:
                 out[ts] = None
                 continue
-            out[ts] = handle_requests(self.roots[ts], reqs, host=ts, options=self.options)
+            delivered = {ref.path: data for r in reqs for ref in refs_in(r.messages, r.entries)
+                         if (data := read_staged(ref)) is not None}
+            out[ts] = handle_requests(self.roots[ts], reqs, host=ts, options=self.options,
+                                      delivered=delivered)
         return out
 
     def unreachable(self) -> set[str]:

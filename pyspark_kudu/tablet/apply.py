@@ -29,7 +29,7 @@ Thread-safety: call under the tablet lock (mutates the MemRowSet and rowset delt
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -79,6 +79,9 @@ def apply_batch(schema: Schema, mrs: MemRowSet, rowsets: Sequence[DiskRowSet], i
             _Round(schema, mrs, rowsets, index, stats).run(
                 sub, wb.ops[idx], _pick(keys, idx), idx, errors)
     errors.sort(key=lambda e: e.row)
+    if errors:
+        key_rows = wb.rows.select(list(schema.primary_key))
+        errors = [replace(e, key=key_rows.slice(e.row, 1).to_pylist()[0]) for e in errors]
     return WriteResult(index, n, tuple(errors))
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -81,11 +82,13 @@ class WriteBatch:
 @dataclass(frozen=True)
 class RowError:
     """A row the replica rejected. ``status`` is Kudu's status name, ``row`` the batch row
-    (``-1`` when the whole entry was rejected because it could not be decoded)."""
+    (``-1`` when the whole entry was rejected because it could not be decoded) and ``key``
+    its primary key columns, so a client that never held the rows can name them."""
 
     row: int
     status: str
     message: str
+    key: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
