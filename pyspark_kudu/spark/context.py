@@ -307,23 +307,38 @@ class KuduContext:
                 raise InvalidArgumentError(
                     f"table {table}: {cause.removeprefix('InvalidArgumentError: ')}") from None
             raise
+        refs = [StagedRef.decode(bytes(r["ref"])) for r in staged if r["ref"] is not None]
+        bad = [str(r["bad_row"]) for r in staged if r["bad_row"] is not None]
         try:
-            return self._replicate_staged(table, locs, staged, progress)
+            return self.commit_staged(table, [r for r in refs if r is not None], bad,
+                                      progress=progress, locations=locs)
         finally:
-            self._janitor.remove(write_id)
+            self.discard_staged(write_id)
 
-    def _replicate_staged(self, table: str, locs: TableLocations, staged: Sequence[Any],
-                          progress: Callable[[WriteProgress], None] | None) -> WriteSummary:
-        errors: list[tuple[str, dict[str, object], str, str]] = []
+    def discard_staged(self, write_id: str) -> None:
+        """Remove a write's staged batches on every host (in the background)."""
+        self._janitor.remove(write_id)
+
+    def commit_staged(self, table: str, staged: Sequence[StagedRef],
+                      bad_rows: Sequence[str] = (), *,
+                      progress: Callable[[WriteProgress], None] | None = None,
+                      locations: TableLocations | None = None) -> WriteSummary:
+        """Replicate batches staged by :func:`~pyspark_kudu.spark.dataplane.stage_batches`
+        (by :meth:`write`, or by the ``kudu`` data source's writer tasks); returns once all
+        are committed. ``bad_rows`` are the JSON rows staging found in no range partition,
+        reported as per-row ``NotFound`` errors. The caller removes the staging afterwards
+        (:meth:`discard_staged`)."""
+        locs = locations or self.master.get_table(table)
+        errors: list[tuple[str, dict[str, object], str, str]] = [
+            ("", json.loads(row), "NotFound", "row is in no range partition")
+            for row in bad_rows]
         refs: dict[int, list[StagedRef]] = {}
-        for row in staged:
-            if row["bad_row"] is not None:
-                errors.append(("", json.loads(row["bad_row"]), "NotFound",
-                               "row is in no range partition"))
-            else:
-                ref = StagedRef.decode(bytes(row["ref"]))
-                assert ref is not None
-                refs.setdefault(ref.tablet, []).append(ref)
+        for ref in staged:
+            if not 0 <= ref.tablet < len(locs.tablets):
+                raise InvalidArgumentError(
+                    f"table {table}: staged batch {ref.path} names tablet {ref.tablet}, the "
+                    f"table has {len(locs.tablets)}; was it staged for another table?")
+            refs.setdefault(ref.tablet, []).append(ref)
         tablet_ids = [locs.tablets[p].tablet_id for p in sorted(refs)]
         leaders = self._leaders_for(locs, tablet_ids) if tablet_ids else {}
         futures: dict[Future[WriteOutcome], tuple[str, list[StagedRef]]] = {}
