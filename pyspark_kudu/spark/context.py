@@ -17,8 +17,10 @@ The client-side entry point of DESIGN §1-3. A context
    replica at the client's commit index, so a write that returned is visible to the next
    read; any other replica serves only what it knows committed.
 
-Known gaps (issue 6, next steps): tablet-server liveness is refreshed at each
-DDL rather than by a heartbeat thread; replicas of deleted tables are not yet removed.
+Tablet-server liveness: a driver thread heartbeats every server whose host has an executor
+(:mod:`pyspark_kudu.spark.liveness`, ``spark.kudu.heartbeatIntervalSec``, default 1 s).
+
+Known gaps (issue 6, next steps): replicas of deleted tables are not yet removed.
 
 Thread-safety: ``KuduContext`` methods may be called from several threads; writes share
 rounds through the service, and leader elections are serialised by a lock.
@@ -59,7 +61,14 @@ from pyspark_kudu.spark.dataplane import (
     stage_batches,
     staging_schema,
 )
-from pyspark_kudu.spark.leader import RoundFailedError, TabletLeader, TabletReplicas, elect_all
+from pyspark_kudu.spark.leader import (
+    FencedError,
+    RoundFailedError,
+    TabletLeader,
+    TabletReplicas,
+    elect_all,
+)
+from pyspark_kudu.spark.liveness import LivenessReporter
 from pyspark_kudu.spark.peer import PeerRequest, RequestKind, scan_replica
 from pyspark_kudu.spark.pinned import executor_hosts, pinned_rdd
 from pyspark_kudu.spark.rounds import SparkTransport, TabletServerLocation, root_cause
@@ -71,6 +80,7 @@ from pyspark_kudu.wal import WalOptions
 __all__ = ["KuduContext", "WriteProgress", "WriteSummary"]
 
 WAREHOUSE_CONF = "spark.kudu.warehouse"
+HEARTBEAT_CONF = "spark.kudu.heartbeatIntervalSec"
 _MAX_BATCH_ROWS = 65536
 
 
@@ -154,9 +164,20 @@ class KuduContext:
                                        self.warehouse if self._local else None)
         self._leaders: dict[str, TabletLeader] = {}
         self._lock = threading.Lock()
+        interval = float(sc.getConf().get(HEARTBEAT_CONF, "1.0") or 1.0)
+        self.liveness = LivenessReporter(
+            self.master, [TServerMeta(s.uuid, s.host, data_root=s.root or "")
+                          for s in self.servers],
+            self._live_hosts, interval_s=interval).start()
+
+    def _live_hosts(self) -> set[str]:
+        if self._local:
+            return {s.host for s in self.servers}
+        return set(executor_hosts(self.spark.sparkContext))
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
+        self.liveness.stop()
         self._service.close()
         self._janitor.close()
         self.master.close()
@@ -350,14 +371,18 @@ class KuduContext:
         total_rows = sum(r.rows for rs in refs.values() for r in rs)
         total_batches = sum(len(rs) for rs in refs.values())
         written = rows_done = batches_done = 0
-        failure: BaseException | None = None
+        failure: KuduError | None = None
         for fut in as_completed(futures):
             tid, batch_refs = futures[fut]
             try:
                 outcome = fut.result()
-            except RoundFailedError as e:
+            except KuduError as e:  # fenced by another writer, or no majority
                 self._leaders.pop(tid, None)  # elect again next time
-                failure = failure or e
+                kind = FencedError if isinstance(e, FencedError) else RoundFailedError
+                failure = failure or kind(
+                    f"table {table}: the write to tablet {tid} was not acknowledged ({e}); "
+                    f"its rows may or may not have been applied, so retry the write (an "
+                    f"upsert retry is harmless)")
                 continue
             for (_, _, result), ref in zip(outcome, batch_refs, strict=True):
                 assert result is not None

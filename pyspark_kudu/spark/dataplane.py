@@ -21,7 +21,9 @@ never pass through the driver. The pieces:
    (the replica refuses one, :func:`contains_ref`).
 4. **Cleanup** (:func:`remove_staging`): once the write returned, a pinned job removes its
    staging directories. A follower that missed the batch is later caught up from the
-   leader replica's log, not from staging.
+   leader replica's log, not from staging: the leader replica answers ``READ_ENTRIES``
+   with refs to its log entries (:func:`wal_ref`) and the same shuffle moves them from its
+   host to the follower's.
 
 A staged file lost with its executor makes the round fail with a clear error before
 anything of that write is visible; the caller may retry the write.
@@ -63,6 +65,7 @@ __all__ = [
     "resolve_refs",
     "stage_batches",
     "staging_schema",
+    "wal_ref",
 ]
 
 _log = logging.getLogger(__name__)
@@ -162,13 +165,47 @@ def stage_batches(schema: Schema, partitioner: Partitioner, op: OpType, write_id
     return run
 
 
-def read_staged(ref: StagedRef) -> bytes | None:
-    """The staged batch, or None if this host does not have it intact."""
-    full = os.path.join(local_data_root(ref.root), ref.path)
+_WAL_PREFIX = "wal/"
+WAL_REF_MIN_BYTES = 4096
+
+
+def wal_ref(host: str, root: str, tablet_id: str, entry: Entry) -> StagedRef:
+    """A ref to a log entry of a replica on ``host``: catch-up moves a lagging follower's
+    missing entries by the same shuffle as staged batches, not through the driver."""
+    return StagedRef(host, root, f"{_WAL_PREFIX}{tablet_id}/{entry.index}", len(entry.data),
+                     google_crc32c.value(entry.data), 0, -1)
+
+
+def _read_wal_entry(ref: StagedRef) -> bytes | None:
+    from pyspark_kudu.fileio import FileIO
+    from pyspark_kudu.spark.replicas import open_replica
+
+    tablet_id, index = ref.path[len(_WAL_PREFIX):].rsplit("/", 1)
+    root = local_data_root(ref.root)
+    if not os.path.isdir(os.path.join(root, "tablets", tablet_id)):
+        return None
     try:
-        with open(full, "rb") as f:
-            data = f.read()
-    except OSError:
+        with open_replica(root, FileIO(root).child("tablets", tablet_id), tablet_id, None,
+                          mutate=False) as handle:
+            (entry,) = handle.storage.entries(int(index), int(index) + 1)
+    except Exception:  # compacted, damaged, or no such replica here: not deliverable
+        _log.warning("log entry %s is not readable on %s", ref.path, current_host(),
+                     exc_info=True)
+        return None
+    return entry.data
+
+
+def read_staged(ref: StagedRef) -> bytes | None:
+    """The staged batch (or log entry), or None if this host does not have it intact."""
+    if ref.path.startswith(_WAL_PREFIX):
+        data = _read_wal_entry(ref)
+    else:
+        try:
+            with open(os.path.join(local_data_root(ref.root), ref.path), "rb") as f:
+                data = f.read()
+        except OSError:
+            return None
+    if data is None:
         return None
     if len(data) != ref.size or google_crc32c.value(data) != ref.crc:
         return None

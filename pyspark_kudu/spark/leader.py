@@ -20,8 +20,9 @@ Rules:
   the same index and term are acknowledged without being written twice.
 - **Catch-up**: the driver only holds L's log tail, so a follower needing older entries makes
   the ``RaftNode`` emit a snapshot request (its compaction hook). The driver intercepts it and
-  copies the missing entries from L (``READ_ENTRIES`` on L's host, AppendEntries to the
-  follower), then reports the "snapshot" done.
+  copies the missing entries from L (``READ_ENTRIES`` on L's host answers with refs to its
+  log entries; the AppendEntries to the follower carries the refs and the round's shuffle
+  moves the bytes from L's host to the follower's), then reports the "snapshot" done.
 - **Fencing**: a newer leader (another client) has a higher term; replicas refuse the old
   one and the old ``RaftNode`` steps down on the first response carrying the newer term.
   Every call then fails with :class:`FencedError`; nothing it did not see committed is
@@ -377,7 +378,8 @@ class TabletLeader:
         node = self._leader()
         for _ in range(_MAX_CATCH_UP_STEPS):
             src = self._run_one(self.leader_id, PeerRequest(
-                RequestKind.READ_ENTRIES, self.tablet.tablet_id, self.leader_id, lo=lo, hi=hi))
+                RequestKind.READ_ENTRIES, self.tablet.tablet_id, self.leader_id, lo=lo, hi=hi,
+                as_refs=True))
             app = Message(MessageType.APP, to=follower, frm=self.leader_id, term=node.term,
                           index=lo - 1, log_term=src.prev_term, entries=src.entries,
                           commit=node.commit_index)

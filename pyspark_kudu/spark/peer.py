@@ -23,7 +23,8 @@ STEP           Raft messages to a follower (AppendEntries, heartbeats, RequestVo
                persists (entries fsynced through the WAL's group commit) and returns its
                responses; durable state is all a follower needs to answer correctly.
 READ_ENTRIES   log entries ``[lo, hi)`` and the term at ``lo - 1``, for catching a lagging
-               follower up from a healthy replica.
+               follower up from a healthy replica; with ``as_refs`` large entries come back
+               as refs to this replica's log, delivered to the follower by shuffle.
 =============  ==============================================================================
 
 Where a replica's configuration is applied: a follower applies configuration entries when
@@ -33,8 +34,10 @@ that happened is kept in ``<tablet>/applied`` (atomic replace) with the configur
 configuration entries.
 
 Concurrency: requests for one replica are serialised by an exclusive ``flock`` on
-``<tablet>/lock`` (two rounds from two client threads, or two Python workers of one
-executor, may touch the same replica).
+``<tablet>/lock`` (two rounds from two client threads, two Python workers of one executor,
+or executors of two applications may touch the same replica). Open replicas are reused
+across tasks of one worker process when no other process changed them in between
+(:mod:`pyspark_kudu.spark.replicas`).
 
 Thread-safety: :func:`handle_requests` is reentrant; per-replica exclusion is the lock above.
 """
@@ -42,9 +45,7 @@ Thread-safety: :func:`handle_requests` is reentrant; per-replica exclusion is th
 from __future__ import annotations
 
 import enum
-import fcntl
 import json
-import os
 import random
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -65,7 +66,8 @@ from pyspark_kudu.consensus.storage import bootstrap
 from pyspark_kudu.errors import CompactedError, KuduError
 from pyspark_kudu.fileio import FileIO
 from pyspark_kudu.schema import Predicate, Schema
-from pyspark_kudu.spark.dataplane import contains_ref, resolve_refs
+from pyspark_kudu.spark.dataplane import WAL_REF_MIN_BYTES, contains_ref, resolve_refs, wal_ref
+from pyspark_kudu.spark.replicas import ReplicaHandle, open_replica
 from pyspark_kudu.spark.tabletlog import WalCommittedLog
 from pyspark_kudu.tablet import Tablet, WriteResult
 from pyspark_kudu.tablet.superblock import SUPERBLOCK_FILE
@@ -79,6 +81,7 @@ __all__ = [
     "RequestKind",
     "handle_requests",
     "read_writers",
+    "replica_storage",
     "scan_replica",
     "tablet_dir",
 ]
@@ -86,7 +89,6 @@ __all__ = [
 _TAIL_LIMIT_BYTES = 64 * 1024 * 1024
 _APPLIED_FILE = "applied"
 WRITERS_FILE = "writers"
-_LOCK_FILE = "lock"
 
 
 class RequestKind(enum.Enum):
@@ -110,6 +112,7 @@ class PeerRequest:
     lo: int = 0
     hi: int = 0
     schema_json: str = ""
+    as_refs: bool = False  # READ_ENTRIES: large entries as refs to this replica's log
 
 
 @dataclass(frozen=True)
@@ -144,35 +147,35 @@ class PeerResponse:
 class _TabletSink:
     """Applies committed entries to the replica's tablet, if it has one (a superblock).
 
-    The tablet is opened on first use with a log bounded by what was applied *before* this
-    task (``applied_before``), so bootstrap replays only that and the new entries are
-    applied here, yielding their per-row results. Replicas created without a schema are
-    consensus-only and skip this.
+    The tablet is the one a previous task of this process left open (the cache of
+    :mod:`pyspark_kudu.spark.replicas`), or is opened on first use with a log bounded by
+    what was applied *before* this task (``applied_before``), so bootstrap replays only that
+    and the new entries are applied here, yielding their per-row results. Replicas created
+    without a schema are consensus-only and skip this.
     """
 
-    def __init__(self, root: str, tablet_id: str, storage: WalStorage,
+    def __init__(self, root: str, tablet_id: str, handle: ReplicaHandle,
                  applied_before: int) -> None:
         self._root = root
         self._tablet_id = tablet_id
-        self._storage = storage
+        self._handle = handle
         self._applied_before = applied_before
-        self._tablet: Tablet | None = None
         self._has_tablet = tablet_dir(root, tablet_id).exists(SUPERBLOCK_FILE)
         self.results: list[WriteResult] = []
 
     def apply(self, entries: Sequence[Entry]) -> None:
         writes = [e for e in entries if e.type == EntryType.NORMAL and e.data]
-        if not self._has_tablet or not writes:
+        if not self._has_tablet or not entries:
             return
-        if self._tablet is None:
-            self._tablet = Tablet.open(
-                self._root, self._tablet_id,
-                log=WalCommittedLog(self._storage, upto=self._applied_before))
-        self.results.extend(self._tablet.apply(e.index, e.data) for e in writes)
-
-    def close(self) -> None:
-        if self._tablet is not None:
-            self._tablet.close()
+        h = self._handle
+        if h.tablet is None:
+            if not writes:
+                return
+            h.tablet_log = WalCommittedLog(h.storage, upto=self._applied_before)
+            h.tablet = Tablet.open(self._root, self._tablet_id, log=h.tablet_log)
+        self.results.extend(h.tablet.apply(e.index, e.data) for e in writes)
+        assert h.tablet_log is not None
+        h.tablet_log.advance_upto(entries[-1].index)
 
 
 def tablet_dir(root: str, tablet_id: str) -> FileIO:
@@ -214,21 +217,14 @@ def _resolved(req: PeerRequest, delivered: Mapping[str, bytes]) -> PeerRequest:
 
 
 @contextmanager
-def _open_replica(root: str, tablet_id: str, options: WalOptions | None) -> Iterator[
-    tuple[FileIO, WalStorage]
-]:
-    io = tablet_dir(root, tablet_id)
-    io.makedirs()
-    fd = os.open(io.local_path(_LOCK_FILE), os.O_CREAT | os.O_RDWR, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        storage = WalStorage.open(io, options)
-        try:
-            yield io, storage
-        finally:
-            storage.close()
-    finally:
-        os.close(fd)  # closing the descriptor releases the lock
+def replica_storage(root: str, tablet_id: str, options: WalOptions | None = None
+                    ) -> Iterator[WalStorage]:
+    """A replica's WAL storage, locked, for tools and tests. Never open a replica's WAL
+    directly while tasks may serve it: a process that caches it open would not notice
+    (:mod:`pyspark_kudu.spark.replicas`)."""
+    with open_replica(root, tablet_dir(root, tablet_id), tablet_id, options,
+                      mutate=True) as handle:
+        yield handle.storage
 
 
 def scan_replica(
@@ -242,9 +238,12 @@ def scan_replica(
     Only committed entries are ever visible: the tablet is rebuilt from the WAL bounded by
     the replica's commit index (or ``known_commit``, see :class:`WalCommittedLog`).
     """
-    with _open_replica(root, tablet_id, options) as (_io, storage):
+    # A fresh tablet: the cached one holds only what this replica applied, while a scan
+    # may see up to ``known_commit``. Opening may flush, hence ``mutate``.
+    with open_replica(root, tablet_dir(root, tablet_id), tablet_id, options,
+                      mutate=True) as handle:
         tablet = Tablet.open(root, tablet_id,
-                             log=WalCommittedLog(storage, known_commit=known_commit))
+                             log=WalCommittedLog(handle.storage, known_commit=known_commit))
         try:
             out = []
             for batch in tablet.scan(columns, predicates, snapshot, batch_rows):
@@ -285,13 +284,12 @@ def _state(storage: WalStorage, applied: int) -> ReplicaState:
 def _handle_one(
     root: str, req: PeerRequest, host: str, options: WalOptions | None,
 ) -> PeerResponse:
-    with _open_replica(root, req.tablet_id, options) as (io, storage):
+    mutate = req.kind not in (RequestKind.READ_STATE, RequestKind.READ_ENTRIES)
+    io = tablet_dir(root, req.tablet_id)
+    with open_replica(root, io, req.tablet_id, options, mutate) as handle:
         applied = _read_applied(io)
-        sink = _TabletSink(root, req.tablet_id, storage, applied)
-        try:
-            return _dispatch(root, req, host, io, storage, applied, sink)
-        finally:
-            sink.close()
+        sink = _TabletSink(root, req.tablet_id, handle, applied)
+        return _dispatch(root, req, host, io, handle.storage, applied, sink)
 
 
 def _dispatch(
@@ -320,6 +318,9 @@ def _dispatch(
             except CompactedError as e:
                 return PeerResponse(req.tablet_id, req.replica_id, ok=False, host=host,
                                     error=f"CompactedError: {e}")
+            if req.as_refs:
+                ents = [replace(e, data=wal_ref(host, root, req.tablet_id, e).encode())
+                        if len(e.data) >= WAL_REF_MIN_BYTES else e for e in ents]
             return _ok(req, host, entries=tuple(ents), prev_term=prev_term)
     raise AssertionError(f"unhandled request kind {req.kind}")  # pragma: no cover
 

@@ -75,6 +75,9 @@ class StandaloneCluster:
     """A master plus ``workers`` workers on 127.0.0.2.. under ``base_dir``.
 
     ``cores`` and ``memory`` are per worker. ``python`` is the interpreter executors use.
+    ``data_roots`` overrides the data root of some hosts: a second cluster whose workers
+    share the first one's roots serves the same tablet servers to a second application
+    (two writers, each with its own executors on every host).
     """
 
     base_dir: Path
@@ -87,6 +90,7 @@ class StandaloneCluster:
     master_host: str = "127.0.0.1"
     master_port: int = 0
     master_webui_port: int = 0
+    data_roots: dict[str, Path] = field(default_factory=dict)
     worker_specs: list[WorkerSpec] = field(default_factory=list)
     _master: subprocess.Popen[bytes] | None = None
 
@@ -114,7 +118,7 @@ class StandaloneCluster:
                 wdir = self.base_dir / f"worker-{host}"
                 spec = WorkerSpec(
                     host=host,
-                    data_root=wdir / "data",
+                    data_root=self.data_roots.get(host, wdir / "data"),
                     work_dir=wdir / "work",
                     log=wdir / "worker.log",
                     webui_port=_free_port(host),

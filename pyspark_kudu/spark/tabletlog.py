@@ -5,7 +5,8 @@ an entry that is not committed (DESIGN §3: nothing uncommitted is ever visible)
 narrows that further to what the replica had *already applied* before this task: the task
 then applies the newly committed entries itself, so it can report their per-row results.
 
-Thread-safety: as the ``WalStorage`` it wraps (thread-safe); holds no state of its own.
+Thread-safety: as the ``WalStorage`` it wraps; ``advance_upto`` is called by the one task
+that holds the replica's lock.
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ class WalCommittedLog:
         self._storage = storage
         self._upto = upto
         self._known_commit = known_commit
+
+    def advance_upto(self, index: int) -> None:
+        """The tablet has now applied up to ``index`` (it stays open across tasks)."""
+        if self._upto is not None:
+            self._upto = max(self._upto, index)
 
     def _last(self) -> int:
         commit = self._storage.initial_state()[0].commit

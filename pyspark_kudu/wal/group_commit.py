@@ -118,6 +118,20 @@ class GroupCommitter:
             writer, self._writer = self._writer, None
             writer.finish()
 
+    def detach(self) -> None:
+        """Stop the thread and close the open segment *without* truncating or syncing it:
+        for a writer that may no longer be the segment's only one (another process may
+        have appended since); the next opener's recovery treats the tail as usual."""
+        with self._cond:
+            if self._closing:
+                return
+            self._closing = True
+            self._cond.notify_all()
+        self._thread.join()
+        if self._writer is not None:
+            writer, self._writer = self._writer, None
+            writer.abandon()
+
     # -- the sync thread -------------------------------------------------------------------
     def _run(self) -> None:
         while True:

@@ -416,6 +416,20 @@ class Log:
                     reader.close()
                 self._readers.clear()
 
+    def detach(self) -> None:
+        """Close without touching the files (see ``GroupCommitter.detach``). Idempotent."""
+        with self._lock:
+            if self._closing:
+                return
+            self._closing = True
+        try:
+            self._committer.detach()
+        finally:
+            with self._lock:
+                for reader in self._readers.values():
+                    reader.close()
+                self._readers.clear()
+
     def __enter__(self) -> Log:
         return self
 

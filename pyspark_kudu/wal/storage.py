@@ -319,6 +319,14 @@ class WalStorage:
     def wal_stats(self) -> LogStats:
         return self._log.stats()
 
+    def sync_commit(self) -> None:
+        """Persist a lazily kept commit index now, as :meth:`close` would, and stay open
+        (for a caller that keeps the storage open between uses by several processes)."""
+        with self._lock:
+            self._check_open()
+            if self._hs != self._meta.hard_state:
+                self._persist(self._meta)
+
     def close(self) -> None:
         """Persist a lazily kept commit index, then close the WAL. Idempotent."""
         with self._lock:
@@ -330,6 +338,16 @@ class WalStorage:
                     self._persist(self._meta)
             finally:
                 self._log.close()
+
+    def detach(self) -> None:
+        """Close without writing anything: no commit persisted, no segment truncated. For a
+        holder whose view may be stale because another process has written since (see
+        :mod:`pyspark_kudu.spark.replicas`). Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._log.detach()
 
     def __enter__(self) -> WalStorage:
         return self

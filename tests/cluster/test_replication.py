@@ -12,12 +12,11 @@ from pyspark.sql import SparkSession
 
 from pyspark_kudu.consensus.messages import EntryType
 from pyspark_kudu.spark.leader import TabletLeader, TabletReplicas
-from pyspark_kudu.spark.peer import read_writers, tablet_dir
+from pyspark_kudu.spark.peer import read_writers, replica_storage
 from pyspark_kudu.spark.pinned import executor_hosts, pinned_rdd
 from pyspark_kudu.spark.rounds import SparkTransport, TabletServerLocation
 from pyspark_kudu.spark.standalone import StandaloneCluster
 from pyspark_kudu.spark.tserver import ensure_instance, local_data_root
-from pyspark_kudu.wal import WalStorage
 from tests.waiting import wait_until
 
 
@@ -39,7 +38,7 @@ def _elected(transport: SparkTransport, tablet_id: str,
 
 
 def _writes(root: Path, tablet_id: str) -> list[bytes]:
-    with WalStorage.open(tablet_dir(str(root), tablet_id)) as st:
+    with replica_storage(str(root), tablet_id) as st:
         ents = st.entries(st.first_index(), st.last_index() + 1)
     return [e.data for e in ents if e.type == EntryType.NORMAL and e.data]
 

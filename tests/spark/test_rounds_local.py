@@ -8,11 +8,10 @@ from pyspark.sql import SparkSession
 
 from pyspark_kudu.consensus.messages import EntryType
 from pyspark_kudu.spark.leader import TabletLeader, TabletReplicas
-from pyspark_kudu.spark.peer import tablet_dir
+from pyspark_kudu.spark.peer import replica_storage
 from pyspark_kudu.spark.pinned import executor_hosts
 from pyspark_kudu.spark.rounds import SparkTransport, TabletServerLocation
 from pyspark_kudu.spark.tserver import ensure_instance
-from pyspark_kudu.wal import WalStorage
 
 
 def test_tablet_writes_commit_through_barrier_stages_on_virtual_tablet_servers(
@@ -34,7 +33,7 @@ def test_tablet_writes_commit_through_barrier_stages_on_virtual_tablet_servers(
     assert transport.failed_rounds == 0
     for s in servers:
         assert s.root is not None
-        with WalStorage.open(tablet_dir(s.root, "tab-1")) as st:
+        with replica_storage(s.root, "tab-1") as st:
             last = st.last_index()
             ents = st.entries(st.first_index(), last + 1)
             hs, _ = st.initial_state()

@@ -12,9 +12,9 @@ import pytest
 
 from pyspark_kudu.consensus.messages import EntryType
 from pyspark_kudu.spark.leader import FencedError, RoundFailedError, TabletLeader, TabletReplicas
-from pyspark_kudu.spark.peer import tablet_dir
+from pyspark_kudu.spark.peer import replica_storage
 from pyspark_kudu.spark.transport import DirectTransport
-from pyspark_kudu.wal import SyncPolicy, WalOptions, WalStorage
+from pyspark_kudu.wal import SyncPolicy, WalOptions
 
 OPTS = WalOptions(segment_size=1 << 20, sync_policy=SyncPolicy.FDATASYNC, preallocate=False)
 TS = ("ts-a", "ts-b", "ts-c")
@@ -27,7 +27,7 @@ def transport(tmp_path: Path) -> DirectTransport:
 
 
 def _log(t: DirectTransport, ts: str) -> list[bytes]:
-    with WalStorage.open(tablet_dir(t.roots[ts], TABLET.tablet_id), OPTS) as st:
+    with replica_storage(t.roots[ts], TABLET.tablet_id, OPTS) as st:
         ents = st.entries(st.first_index(), st.last_index() + 1)
     return [e.data for e in ents if e.type == EntryType.NORMAL and e.data]
 
@@ -110,7 +110,7 @@ def test_a_retried_round_writes_nothing_twice(transport: DirectTransport) -> Non
     lead = _new_leader(transport)
     lead.propose([b"once"])
     lead.heartbeat()
-    with WalStorage.open(tablet_dir(transport.roots["ts-a"], "t1"), OPTS) as st:
+    with replica_storage(transport.roots["ts-a"], "t1", OPTS) as st:
         before = st.wal_stats()
         last = st.last_index()
         again = st.entries(last, last + 1)
@@ -121,7 +121,7 @@ def test_a_retried_round_writes_nothing_twice(transport: DirectTransport) -> Non
         RequestKind.PERSIST, "t1", "ts-a", term=lead.node.term, entries=tuple(again))],
         options=OPTS)
     assert resp[0].ok
-    with WalStorage.open(tablet_dir(transport.roots["ts-a"], "t1"), OPTS) as st:
+    with replica_storage(transport.roots["ts-a"], "t1", OPTS) as st:
         assert st.last_index() == last
         assert st.wal_stats().appends == before.appends
 

@@ -3,6 +3,8 @@ by the real batch on each replica (pyspark_kudu.spark.dataplane); a ref never re
 
 from __future__ import annotations
 
+import random
+import string
 from pathlib import Path
 
 import pyarrow as pa
@@ -12,15 +14,16 @@ from pyspark_kudu.partitioning import HashDimension, Partitioner, PartitionSchem
 from pyspark_kudu.schema import ColumnSchema, Schema
 from pyspark_kudu.spark.dataplane import (
     REF_MAGIC,
+    WAL_REF_MIN_BYTES,
     StagedRef,
     remove_staging,
     stage_batches,
 )
 from pyspark_kudu.spark.leader import RoundFailedError, TabletLeader, TabletReplicas
-from pyspark_kudu.spark.peer import tablet_dir
+from pyspark_kudu.spark.peer import PeerRequest, RequestKind, replica_storage
 from pyspark_kudu.spark.transport import DirectTransport
 from pyspark_kudu.tablet import OpType, decode_write_batch
-from pyspark_kudu.wal import SyncPolicy, WalOptions, WalStorage
+from pyspark_kudu.wal import SyncPolicy, WalOptions
 
 OPTS = WalOptions(segment_size=1 << 20, sync_policy=SyncPolicy.NONE, preallocate=False)
 TS = ("ts-a", "ts-b", "ts-c")
@@ -30,9 +33,11 @@ ONE_TABLET = Partitioner(SCHEMA, PartitionSchema(()))
 
 
 def _stage(root: Path, ids: list[int], write_id: str = "w1", max_rows: int = 1000,
-           partitioner: Partitioner = ONE_TABLET) -> list[StagedRef]:
+           partitioner: Partitioner = ONE_TABLET, width: int = 2) -> list[StagedRef]:
     fn = stage_batches(SCHEMA, partitioner, OpType.INSERT, write_id, str(root), max_rows)
-    batch = pa.RecordBatch.from_pydict({"id": ids, "v": [f"v{i}" for i in ids]})
+    rng = random.Random(7)  # incompressible values, so that the batches are large
+    batch = pa.RecordBatch.from_pydict(
+        {"id": ids, "v": ["".join(rng.choices(string.ascii_letters, k=width)) for _ in ids]})
     refs = []
     for out in fn(iter([batch])):
         for ref in out.column(0).to_pylist():
@@ -43,7 +48,7 @@ def _stage(root: Path, ids: list[int], write_id: str = "w1", max_rows: int = 100
 
 
 def _log_data(root: str) -> list[bytes]:
-    with WalStorage.open(tablet_dir(root, "t"), OPTS) as st:
+    with replica_storage(root, "t", OPTS) as st:
         return [e.data for e in st.entries(st.first_index(), st.last_index() + 1, None)]
 
 
@@ -114,11 +119,19 @@ def test_after_release_a_follower_back_later_is_caught_up_from_the_leader_log(
 ) -> None:
     transport, lead, staging = setup
     transport.down.add("ts-c")
-    refs = _stage(staging, [1, 2, 3], max_rows=1)
+    refs = _stage(staging, [1, 2, 3], max_rows=1, width=2 * WAL_REF_MIN_BYTES)
+    assert all(r.size >= WAL_REF_MIN_BYTES for r in refs)
     positions = lead.propose([r.encode() for r in refs])
     lead.take_results([i for i, _ in positions])
     lead.release(positions[-1][0])
     assert remove_staging(str(staging), ["w1"]) == 1
+    # The leader replica hands out its large entries as refs to its own log ...
+    (resp,) = transport.run({"ts-a": [PeerRequest(
+        RequestKind.READ_ENTRIES, "t", "ts-a", lo=positions[0][0], hi=positions[-1][0] + 1,
+        as_refs=True)]})["ts-a"] or [None]
+    assert resp is not None and resp.ok
+    assert all(StagedRef.decode(e.data) is not None for e in resp.entries)
+    # ... which the round delivers to the follower that was down, as real batches.
     transport.down.clear()
     lead.heartbeat()
     lead.heartbeat()

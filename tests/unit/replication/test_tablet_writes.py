@@ -8,11 +8,11 @@ import pyarrow as pa
 
 from pyspark_kudu.schema import ColumnSchema, Predicate, Schema
 from pyspark_kudu.spark.leader import TabletLeader, TabletReplicas
-from pyspark_kudu.spark.peer import tablet_dir
+from pyspark_kudu.spark.peer import replica_storage
 from pyspark_kudu.spark.tabletlog import WalCommittedLog
 from pyspark_kudu.spark.transport import DirectTransport
 from pyspark_kudu.tablet import OpType, Tablet, encode_write_batch
-from pyspark_kudu.wal import SyncPolicy, WalOptions, WalStorage
+from pyspark_kudu.wal import SyncPolicy, WalOptions
 
 OPTS = WalOptions(segment_size=1 << 20, sync_policy=SyncPolicy.FDATASYNC, preallocate=False)
 TS = ("ts-a", "ts-b", "ts-c")
@@ -21,7 +21,7 @@ SCHEMA = Schema((ColumnSchema("id", "int64", nullable=False), ColumnSchema("v", 
 
 
 def _rows(root: str, snapshot: int | None = None) -> list[dict[str, object]]:
-    with WalStorage.open(tablet_dir(root, "t"), OPTS) as st:
+    with replica_storage(root, "t", OPTS) as st:
         t = Tablet.open(root, "t", log=WalCommittedLog(st))
         try:
             return sorted(t.scan_table(snapshot=snapshot).to_pylist(), key=lambda r: r["id"])
@@ -62,7 +62,7 @@ def test_a_point_lookup_on_a_follower_sees_the_committed_update(tmp_path: Path) 
                                               pa.table({"id": [7], "v": ["new"]}))])
     lead.take_results([pos[0]])
     lead.heartbeat()
-    with WalStorage.open(tablet_dir(transport.roots["ts-c"], "t"), OPTS) as st:
+    with replica_storage(transport.roots["ts-c"], "t", OPTS) as st:
         t = Tablet.open(transport.roots["ts-c"], "t", log=WalCommittedLog(st))
         try:
             assert t.scan_table(predicates=[Predicate.eq("id", 7)]).to_pylist() == [

@@ -1,0 +1,56 @@
+"""A second Spark application writing to a table another application writes: run by
+``test_two_writers.py`` as its own driver process (one SparkContext per process).
+
+    python tests/cluster/second_writer.py SPARK_MASTER KUDU_MASTER TABLE FIRST COUNT WAREHOUSE
+
+It waits for an executor on every worker host, upserts ids FIRST..FIRST+COUNT-1 and prints
+one JSON line: rows written and the term it led the table's tablets in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from pyspark.sql import SparkSession
+
+from pyspark_kudu.spark.context import KuduContext
+from pyspark_kudu.spark.pinned import executor_hosts
+
+
+def main(argv: list[str]) -> int:
+    spark_master, kudu_master, table, first, count, warehouse = argv
+    hosts = int(os.environ.get("SECOND_WRITER_HOSTS", "6"))
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    spark = (SparkSession.builder.master(spark_master).appName("second-writer")
+             .config("spark.driver.host", "127.0.0.1")
+             .config("spark.driver.bindAddress", "127.0.0.1")
+             .config("spark.ui.enabled", "false")
+             .config("spark.executor.memory", "640m")
+             .config("spark.executor.cores", "1")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        end = time.monotonic() + 180
+        while len(executor_hosts(spark.sparkContext)) < hosts:
+            if time.monotonic() > end:
+                print(json.dumps({"error": "executors did not come up on every worker host: "
+                                  f"{sorted(executor_hosts(spark.sparkContext))}"}))
+                return 1
+            time.sleep(0.5)
+        with KuduContext(spark, master=kudu_master, warehouse=warehouse) as kudu:
+            schema = kudu.master.get_table(table).table.schema.to_spark()
+            rows = [(i, f"b{i}") for i in range(int(first), int(first) + int(count))]
+            summary = kudu.upsert_rows(spark.createDataFrame(rows, schema), table)
+            terms = sorted({lead.node.term for lead in kudu._leaders.values()
+                            if lead.node is not None})
+            print(json.dumps({"rows_written": summary.rows_written, "terms": terms}))
+        return 0
+    finally:
+        spark.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,101 @@
+"""Two Spark applications (two driver processes) write one tablet through a standalone
+master: the second fences the first by term, the first's next write elects again, and no
+acknowledged row is lost (issue 6, DESIGN §3 "Leadership and fencing").
+
+The second application runs on a second Spark cluster whose workers bind to the same hosts
+and share the first cluster's data roots: the same tablet servers, each application with
+its own executor on every host (one standalone cluster with spare cores would re-grant a
+lost executor's core to another host, which the kill tests must not see)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from pyspark_kudu.master.localcluster import MasterProcessCluster
+from pyspark_kudu.spark.context import KuduContext
+from pyspark_kudu.spark.leader import FencedError
+from pyspark_kudu.spark.standalone import StandaloneCluster
+
+REPO = Path(__file__).resolve().parents[2]
+STRUCT = StructType([StructField("id", LongType(), False), StructField("v", StringType(), True)])
+
+
+@pytest.fixture(scope="module")
+def master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MasterProcessCluster]:
+    group = MasterProcessCluster(str(tmp_path_factory.mktemp("kudu-master")), 1)
+    try:
+        group.start()
+        group.wait_for_leader(60)
+        yield group
+    finally:
+        group.stop()
+
+
+@pytest.fixture(scope="module")
+def twin_cluster(standalone_cluster: StandaloneCluster,
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    twin = StandaloneCluster(
+        tmp_path_factory.mktemp("twin"), workers=len(standalone_cluster.hosts),
+        data_roots={h: standalone_cluster.data_root(h) for h in standalone_cluster.hosts})
+    twin.start(deadline_s=240)
+    try:
+        yield twin
+    finally:
+        twin.stop()
+
+
+def _second_writer(cluster: StandaloneCluster, master: MasterProcessCluster, first: int,
+                   count: int, warehouse: Path) -> dict[str, object]:
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "cluster" / "second_writer.py"),
+         cluster.master_url, master.master_addresses, "shared", str(first), str(count),
+         str(warehouse)],
+        capture_output=True, text=True, timeout=600, cwd=REPO)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    assert proc.returncode == 0 and lines, (
+        f"the second writer failed (exit {proc.returncode}): {proc.stdout[-2000:]}"
+        f"{proc.stderr[-3000:]}")
+    result: dict[str, object] = json.loads(lines[-1])
+    return result
+
+
+def test_a_second_application_fences_the_first_and_no_acknowledged_row_is_lost(
+    cluster_spark: SparkSession, twin_cluster: StandaloneCluster,
+    master: MasterProcessCluster, tmp_path: Path,
+) -> None:
+    with KuduContext(cluster_spark, master=master.master_addresses,
+                     warehouse=str(tmp_path / "a")) as kudu:
+        kudu.create_table("shared", STRUCT, keys=["id"], replicas=3)  # one tablet
+        assert kudu.insert_rows(cluster_spark.createDataFrame(
+            [(i, f"a{i}") for i in range(100)], STRUCT), "shared").rows_written == 100
+        (lead,) = kudu._leaders.values()
+        assert lead.node is not None
+        first_term = lead.node.term
+
+        b = _second_writer(twin_cluster, master, 100, 100, tmp_path / "b")
+        assert b["rows_written"] == 100
+        terms = b["terms"]
+        assert isinstance(terms, list) and terms and terms[0] > first_term, (terms, first_term)
+
+        late = cluster_spark.createDataFrame([(i, f"a{i}") for i in range(200, 300)], STRUCT)
+        with pytest.raises(FencedError, match="not acknowledged"):
+            kudu.upsert_rows(late, "shared")
+        # The fenced write wrote nothing, and everything acknowledged so far is there.
+        ids = sorted(r["id"] for r in kudu.read_table("shared").collect())
+        assert ids == list(range(200)), (len(ids), ids[:3], ids[-3:])
+
+        # The next write elects this client again (a newer term) and succeeds.
+        assert kudu.upsert_rows(late, "shared").rows_written == 100
+        (lead,) = kudu._leaders.values()
+        assert lead.node is not None and lead.node.term > terms[0]
+        got = {r["id"]: r["v"] for r in kudu.read_table("shared").collect()}
+        assert sorted(got) == list(range(300))
+        assert got[150] == "b150" and got[250] == "a250" and got[50] == "a50"

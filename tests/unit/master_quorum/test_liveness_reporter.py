@@ -1,0 +1,34 @@
+"""The driver's liveness reporter heartbeats exactly the tablet servers whose host has an
+executor; the master sees the others go quiet (pyspark_kudu.spark.liveness)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pyspark_kudu.master.embedded import EmbeddedMaster
+from pyspark_kudu.master.entities import TServerMeta
+from pyspark_kudu.spark.liveness import LivenessReporter
+from tests.waiting import wait_until
+
+SERVERS = [TServerMeta(f"ts{i}", f"127.0.0.{i + 2}", data_root=f"/d{i}") for i in range(3)]
+
+
+def test_only_servers_with_an_executor_stay_live(tmp_path: Path) -> None:
+    hosts = {s.host for s in SERVERS}
+    with EmbeddedMaster(str(tmp_path), 1, tserver_unresponsive_s=1.0) as master:
+        client = master.client()
+        reporter = LivenessReporter(client, SERVERS, lambda: set(hosts), interval_s=0.1).start()
+        try:
+            def live() -> set[str]:
+                return {t["uuid"] for t in client.list_tservers() if t["live"]}
+
+            wait_until(lambda: live() == {"ts0", "ts1", "ts2"}, 30,
+                       "all three tablet servers becoming live")
+            hosts.discard("127.0.0.3")  # ts1's executor is gone
+            wait_until(lambda: live() == {"ts0", "ts2"}, 30,
+                       "the master marking ts1 (no executor) not live")
+            assert "ts1" not in reporter.last_live
+            hosts.add("127.0.0.3")
+            wait_until(lambda: live() == {"ts0", "ts1", "ts2"}, 30, "ts1 becoming live again")
+        finally:
+            reporter.stop()

@@ -1,0 +1,83 @@
+"""Open replicas are reused across requests of one process, and reopened when another
+process changed them (pyspark_kudu.spark.replicas): no entry is lost either way."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pyspark_kudu.consensus.messages import EntryType
+from pyspark_kudu.spark.leader import FencedError, TabletLeader, TabletReplicas
+from pyspark_kudu.spark.peer import replica_storage
+from pyspark_kudu.spark.replicas import cache_stats, clear_cache
+from pyspark_kudu.spark.transport import DirectTransport
+from pyspark_kudu.wal import SyncPolicy, WalOptions
+
+OPTS = WalOptions(segment_size=1 << 20, sync_policy=SyncPolicy.FDATASYNC, preallocate=True)
+TS = ("ts-a", "ts-b", "ts-c")
+TABLET = TabletReplicas("t1", TS)
+
+OTHER_CLIENT = textwrap.dedent("""
+    import sys
+    from pyspark_kudu.spark.leader import TabletLeader, TabletReplicas
+    from pyspark_kudu.spark.transport import DirectTransport
+    from pyspark_kudu.wal import SyncPolicy, WalOptions
+    opts = WalOptions(segment_size=1 << 20, sync_policy=SyncPolicy.FDATASYNC, preallocate=True)
+    ts = ("ts-a", "ts-b", "ts-c")
+    t = DirectTransport(dict(zip(ts, sys.argv[1:4])), opts)
+    lead = TabletLeader(TabletReplicas("t1", ts), "ts-b", t, seed=1)
+    lead.elect()
+    lead.propose([b"other-1", b"other-2"])
+    lead.heartbeat()
+""")
+
+
+def _log(root: str) -> list[bytes]:
+    with replica_storage(root, TABLET.tablet_id, OPTS) as st:
+        ents = st.entries(st.first_index(), st.last_index() + 1)
+    return [e.data for e in ents if e.type == EntryType.NORMAL and e.data]
+
+
+@pytest.fixture
+def transport(tmp_path: Path) -> DirectTransport:
+    clear_cache()
+    return DirectTransport({ts: str(tmp_path / ts) for ts in TS}, OPTS)
+
+
+def test_consecutive_rounds_reuse_the_open_replicas(transport: DirectTransport) -> None:
+    lead = TabletLeader(TABLET, "ts-a", transport)
+    lead.create()
+    lead.elect()
+    before = cache_stats()
+    for k in range(5):
+        lead.propose([f"w{k}".encode()])
+    after = cache_stats()
+    assert after["opens"] == before["opens"], "a replica was reopened without a reason"
+    assert after["hits"] - before["hits"] >= 10
+    assert _log(transport.roots["ts-c"]) == [f"w{k}".encode() for k in range(5)]
+
+
+def test_a_change_by_another_process_is_seen_and_nothing_is_lost(
+    transport: DirectTransport,
+) -> None:
+    lead = TabletLeader(TABLET, "ts-a", transport)
+    lead.create()
+    lead.elect()
+    lead.propose([b"mine-1"])
+    opens = cache_stats()["opens"]
+    subprocess.run([sys.executable, "-c", OTHER_CLIENT, *(transport.roots[t] for t in TS)],
+                   check=True, timeout=120)
+    # The other client's election fenced this one; the cached replicas are stale now.
+    with pytest.raises(FencedError):
+        lead.propose([b"fenced"])
+    again = TabletLeader(TABLET, "ts-a", transport, seed=2)
+    again.elect()
+    again.propose([b"mine-2"])
+    again.heartbeat()
+    assert cache_stats()["opens"] > opens, "stale cached replicas were not reopened"
+    for ts in TS:
+        assert _log(transport.roots[ts]) == [b"mine-1", b"other-1", b"other-2", b"mine-2"], ts
