@@ -63,7 +63,7 @@ from pyspark_kudu.consensus.messages import (
 )
 from pyspark_kudu.consensus.raft import Config, RaftNode
 from pyspark_kudu.consensus.storage import bootstrap
-from pyspark_kudu.errors import CompactedError, KuduError
+from pyspark_kudu.errors import CompactedError, KuduError, NotFoundError
 from pyspark_kudu.fileio import FileIO
 from pyspark_kudu.schema import Predicate, Schema
 from pyspark_kudu.spark.dataplane import WAL_REF_MIN_BYTES, contains_ref, resolve_refs, wal_ref
@@ -72,6 +72,7 @@ from pyspark_kudu.spark.tabletlog import WalCommittedLog
 from pyspark_kudu.tablet import Tablet, WriteResult
 from pyspark_kudu.tablet.superblock import SUPERBLOCK_FILE
 from pyspark_kudu.wal import WalOptions, WalStorage
+from pyspark_kudu.wal.meta import META_FILE
 
 __all__ = [
     "WRITERS_FILE",
@@ -240,6 +241,7 @@ def scan_replica(
     """
     # A fresh tablet: the cached one holds only what this replica applied, while a scan
     # may see up to ``known_commit``. Opening may flush, hence ``mutate``.
+    _require_replica(tablet_dir(root, tablet_id), tablet_id)
     with open_replica(root, tablet_dir(root, tablet_id), tablet_id, options,
                       mutate=True) as handle:
         tablet = Tablet.open(root, tablet_id,
@@ -254,6 +256,14 @@ def scan_replica(
             return out
         finally:
             tablet.close()
+
+
+def _require_replica(io: FileIO, tablet_id: str, create: bool = False) -> None:
+    """Only CREATE makes a replica: any other request for a tablet that has none here (never
+    created, or deleted with its table) is refused instead of creating an empty one."""
+    if not create and not io.exists(META_FILE):
+        raise NotFoundError(f"tablet {tablet_id} has no replica under {io.root} (never "
+                            f"created here, or deleted with its table)")
 
 
 def _read_applied(io: FileIO) -> int:
@@ -286,6 +296,7 @@ def _handle_one(
 ) -> PeerResponse:
     mutate = req.kind not in (RequestKind.READ_STATE, RequestKind.READ_ENTRIES)
     io = tablet_dir(root, req.tablet_id)
+    _require_replica(io, req.tablet_id, create=req.kind == RequestKind.CREATE)
     with open_replica(root, io, req.tablet_id, options, mutate) as handle:
         applied = _read_applied(io)
         sink = _TabletSink(root, req.tablet_id, handle, applied)

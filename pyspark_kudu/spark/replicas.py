@@ -30,7 +30,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
 import threading
+import uuid
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -40,7 +42,14 @@ from pyspark_kudu.spark.tabletlog import WalCommittedLog
 from pyspark_kudu.tablet import Tablet
 from pyspark_kudu.wal import WalOptions, WalStorage
 
-__all__ = ["CACHE_LIMIT", "ReplicaHandle", "cache_stats", "clear_cache", "open_replica"]
+__all__ = [
+    "CACHE_LIMIT",
+    "ReplicaHandle",
+    "cache_stats",
+    "clear_cache",
+    "delete_replica",
+    "open_replica",
+]
 
 CACHE_LIMIT = 64
 _LOCK_FILE = "lock"
@@ -145,3 +154,29 @@ def open_replica(root: str, tablet_dir: FileIO, tablet_id: str, options: WalOpti
             h.close()
     finally:
         os.close(fd)  # closing the descriptor releases the lock
+
+
+def delete_replica(root: str, tablet_dir: FileIO, tablet_id: str) -> bool:
+    """Delete a replica's files (its table was deleted); False if there was none.
+
+    Under the replica's lock the directory is first renamed out of ``tablets/`` (one atomic
+    step: no request sees half a replica), then removed. A request that arrives later for
+    this tablet finds no replica and is refused, never recreating one (see ``peer``).
+    """
+    io = tablet_dir
+    if not io.exists():
+        return False
+    fd = os.open(io.local_path(_LOCK_FILE), os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with _cache_lock:
+            handle = _cache.pop((root, tablet_id), None)
+        if handle is not None:
+            handle.close()
+        path = io.local_path()
+        grave = os.path.join(os.path.dirname(path), f".deleted-{tablet_id}-{uuid.uuid4().hex}")
+        os.rename(path, grave)
+    finally:
+        os.close(fd)
+    shutil.rmtree(grave, ignore_errors=True)
+    return True

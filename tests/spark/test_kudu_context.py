@@ -109,3 +109,19 @@ def test_progress_reports_every_committed_batch_and_rows_never_reach_the_driver_
         ents = view.entries(view.first_index(), view.last_index() + 1, None)
         assert all(len(e.data) < 400 for e in ents), [len(e.data) for e in ents]
     assert kudu.read_table("g").count() == 500
+
+
+def test_deleting_a_table_removes_its_replicas_and_the_name_can_be_reused(
+    spark: SparkSession, kudu: KuduContext,
+) -> None:
+    kudu.create_table("gone", STRUCT, keys=["id"],
+                      partitioning=PartitionSchema((HashDimension(("id",), 2),)))
+    kudu.insert_rows(spark.createDataFrame([(1, "a")], STRUCT), "gone")
+    tablets = [t.tablet_id for t in kudu.master.get_table("gone").tablets]
+    roots = [s.root for s in kudu.servers]
+    assert all(Path(r, "tablets", t).exists() for r in roots if r for t in tablets)
+    kudu.delete_table("gone")
+    assert not kudu.table_exists("gone")
+    assert not any(Path(r, "tablets", t).exists() for r in roots if r for t in tablets)
+    kudu.create_table("gone", STRUCT, keys=["id"], replicas=3)
+    assert kudu.read_table("gone").count() == 0

@@ -12,8 +12,8 @@ import pytest
 
 from pyspark_kudu.consensus.messages import EntryType
 from pyspark_kudu.spark.leader import FencedError, TabletLeader, TabletReplicas
-from pyspark_kudu.spark.peer import replica_storage
-from pyspark_kudu.spark.replicas import cache_stats, clear_cache
+from pyspark_kudu.spark.peer import PeerRequest, RequestKind, replica_storage, tablet_dir
+from pyspark_kudu.spark.replicas import cache_stats, clear_cache, delete_replica
 from pyspark_kudu.spark.transport import DirectTransport
 from pyspark_kudu.wal import SyncPolicy, WalOptions
 
@@ -81,3 +81,20 @@ def test_a_change_by_another_process_is_seen_and_nothing_is_lost(
     assert cache_stats()["opens"] > opens, "stale cached replicas were not reopened"
     for ts in TS:
         assert _log(transport.roots[ts]) == [b"mine-1", b"other-1", b"other-2", b"mine-2"], ts
+
+
+def test_a_deleted_replica_is_gone_and_a_late_request_does_not_recreate_it(
+    transport: DirectTransport,
+) -> None:
+    lead = TabletLeader(TABLET, "ts-a", transport)
+    lead.create()
+    lead.elect()
+    lead.propose([b"x"])
+    root = transport.roots["ts-c"]
+    assert delete_replica(root, tablet_dir(root, TABLET.tablet_id), TABLET.tablet_id)
+    assert not Path(root, "tablets", TABLET.tablet_id).exists()
+    (resp,) = transport.run({"ts-c": [PeerRequest(RequestKind.READ_STATE, TABLET.tablet_id,
+                                                  "ts-c")]})["ts-c"] or [None]
+    assert resp is not None and not resp.ok and "no replica" in resp.error
+    assert not Path(root, "tablets", TABLET.tablet_id).exists()
+    assert not delete_replica(root, tablet_dir(root, TABLET.tablet_id), TABLET.tablet_id)
