@@ -71,13 +71,14 @@ from pyspark_kudu.spark.leader import (
     elect_all,
 )
 from pyspark_kudu.spark.liveness import LivenessReporter
+from pyspark_kudu.spark.options import OPERATIONS, check_write_columns
 from pyspark_kudu.spark.peer import PeerRequest, RequestKind, scan_replica, tablet_dir
 from pyspark_kudu.spark.pinned import executor_hosts, pinned_rdd
 from pyspark_kudu.spark.replicas import delete_replica
 from pyspark_kudu.spark.rounds import SparkTransport, TabletServerLocation, root_cause
 from pyspark_kudu.spark.service import ReplicationService, WriteOutcome
+from pyspark_kudu.spark.session import register
 from pyspark_kudu.spark.tserver import ensure_instance, local_data_root, run_pinned
-from pyspark_kudu.tablet import OpType
 from pyspark_kudu.wal import WalOptions
 
 __all__ = ["KuduContext", "WriteProgress", "WriteSummary"]
@@ -104,31 +105,6 @@ class WriteProgress:
     rows_total: int
     batches_done: int
     batches_total: int
-
-
-_OPERATIONS = {
-    "insert": OpType.INSERT,
-    "insert_ignore": OpType.INSERT_IGNORE,
-    "upsert": OpType.UPSERT,
-    "update": OpType.UPDATE,
-    "update_ignore": OpType.UPDATE_IGNORE,
-    "delete": OpType.DELETE,
-    "delete_ignore": OpType.DELETE_IGNORE,
-}
-
-
-def _check_columns(df: DataFrame, schema: Schema, table: str) -> None:
-    """The DataFrame must only have the table's columns and must have every key column."""
-    names = df.columns
-    unknown = [c for c in names if not schema.has_column(c)]
-    if unknown:
-        raise InvalidArgumentError(
-            f"table {table}: DataFrame columns {unknown} are not in the table schema "
-            f"{schema.names}; drop or rename them")
-    missing = [k for k in schema.primary_key if k not in names]
-    if missing:
-        raise InvalidArgumentError(
-            f"table {table}: the DataFrame lacks primary key columns {missing}")
 
 
 @dataclass(frozen=True)
@@ -174,6 +150,8 @@ class KuduContext:
             self.master, [TServerMeta(s.uuid, s.host, data_root=s.root or "")
                           for s in self.servers],
             self._live_hosts, interval_s=interval).start()
+        # format("kudu") for this session: a loopback service its data source calls.
+        self.session_service = register(self)
 
     def _live_hosts(self) -> set[str]:
         if self._local:
@@ -182,6 +160,7 @@ class KuduContext:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
+        self.session_service.close()
         self.liveness.stop()
         self._service.close()
         self._janitor.close()
@@ -338,15 +317,15 @@ class KuduContext:
             RowWriteError: some rows were rejected (e.g. duplicate keys for ``insert``); the
                 others are written and the error lists the rejected rows' keys.
         """
-        op = _OPERATIONS.get(operation)
+        op = OPERATIONS.get(operation)
         if op is None:
             raise InvalidArgumentError(
-                f"Unsupported operation type {operation!r}: use one of {sorted(_OPERATIONS)}")
+                f"Unsupported operation type {operation!r}: use one of {sorted(OPERATIONS)}")
         if batch_rows < 1:
             raise InvalidArgumentError(f"batch_rows must be >= 1, got {batch_rows}")
         locs = self.master.get_table(table)
         schema = locs.table.schema
-        _check_columns(df, schema, table)
+        check_write_columns(df.columns, schema, table)
         partitioner = Partitioner(schema, PartitionSchema.from_dict(
             locs.table.partition_schema, schema))
         write_id = uuid.uuid4().hex

@@ -1,0 +1,437 @@
+"""``format("kudu")`` in local mode: the Python data source against a real KuduContext.
+
+One KuduContext (3 virtual tablet servers) serves the module; every test uses its own
+tables. Errors raised in Spark's Python workers reach the caller wrapped by Spark, so the
+tests match the pyspark-kudu class name and message in the exception text.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from chispa import assert_df_equality
+from pyspark import cloudpickle
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    ByteType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from pyspark_kudu.errors import InvalidArgumentError, ServiceUnavailableError
+from pyspark_kudu.partitioning import HashDimension, PartitionSchema, RangePartition
+from pyspark_kudu.spark.context import KuduContext
+from pyspark_kudu.spark.datasource import KuduDataSource
+from pyspark_kudu.spark.session import SessionAddress, SessionClient, SessionService, register
+
+STRUCT = StructType([StructField("id", LongType(), False), StructField("v", StringType(), True)])
+HASH3 = PartitionSchema((HashDimension(("id",), 3),))
+
+
+@pytest.fixture(scope="module")
+def kudu(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+         ) -> Iterator[tuple[KuduContext, SessionService]]:
+    with KuduContext(spark, warehouse=str(tmp_path_factory.mktemp("ds") / "wh")) as ctx:
+        own = getattr(ctx, "session_service", None)  # once KuduContext registers by itself
+        service = own if isinstance(own, SessionService) else register(ctx)
+        try:
+            yield ctx, service
+        finally:
+            if service is not own:
+                service.close()
+
+
+@pytest.fixture
+def ctx(kudu: tuple[KuduContext, SessionService]) -> KuduContext:
+    return kudu[0]
+
+
+_tables = iter(range(10_000))
+
+
+def new_table(ctx: KuduContext, struct: StructType = STRUCT, keys: tuple[str, ...] = ("id",),
+              partitioning: PartitionSchema = HASH3) -> str:
+    name = f"t{next(_tables)}"
+    ctx.create_table(name, struct, keys=list(keys), partitioning=partitioning)
+    return name
+
+
+def save(df: DataFrame, table: str, **options: str) -> None:
+    w = df.write.format("kudu").option("kudu.table", table).mode("append")
+    for k, v in options.items():
+        w = w.option(k, v)
+    w.save()
+
+
+def load(spark: SparkSession, table: str, **options: str) -> DataFrame:
+    r = spark.read.format("kudu").option("kudu.table", table)
+    for k, v in options.items():
+        r = r.option(k, v)
+    return r.load()
+
+
+def rows(df: DataFrame) -> list[tuple[object, ...]]:
+    return sorted(tuple(r) for r in df.collect())
+
+
+# -- round trips -------------------------------------------------------------------------------
+
+ALL_TYPES = StructType([
+    StructField("id", LongType(), False),
+    StructField("tag", StringType(), False),
+    StructField("i8", ByteType(), True),
+    StructField("i16", ShortType(), True),
+    StructField("i32", IntegerType(), True),
+    StructField("i64", LongType(), True),
+    StructField("f32", FloatType(), True),
+    StructField("f64", DoubleType(), True),
+    StructField("flag", BooleanType(), True),
+    StructField("s", StringType(), True),
+    StructField("req", StringType(), False),
+    StructField("bin", BinaryType(), True),
+    StructField("dec", DecimalType(18, 4), True),
+    StructField("day", DateType(), True),
+    StructField("ts", TimestampType(), True),
+    StructField("wall", TimestampNTZType(), True),
+])
+ALL_ROWS = [
+    (1, "a", -128, -32768, -2**31, -2**63, 1.5, -2.25, True, "héllo ✓", "r1", b"\x00\xff",
+     Decimal("12345678901234.5678"), dt.date(1970, 1, 1),
+     dt.datetime(2024, 2, 29, 12, 30, 45, 123456), dt.datetime(1999, 12, 31, 23, 59, 59)),
+    (2, "b", 127, 32767, 2**31 - 1, 2**63 - 1, -0.0, 1e300, False, "", "r2", b"",
+     Decimal("-0.0001"), dt.date(2262, 4, 11), dt.datetime(1900, 1, 1, 0, 0, 0, 1),
+     dt.datetime(2000, 1, 1)),
+    (3, "c", None, None, None, None, None, None, None, None, "r3", None, None, None, None,
+     None),
+]
+
+
+def test_every_column_type_round_trips_exactly_nulls_included(
+    spark: SparkSession, ctx: KuduContext,
+) -> None:
+    table = new_table(ctx, ALL_TYPES, keys=("id", "tag"))
+    df = spark.createDataFrame(ALL_ROWS, ALL_TYPES)
+    save(df, table)
+    back = load(spark, table)
+    assert [(f.name, f.dataType, f.nullable) for f in back.schema.fields] == [
+        (f.name, f.dataType, f.nullable) for f in ALL_TYPES.fields]
+    assert_df_equality(back, df, ignore_row_order=True, ignore_metadata=True)
+    # The pinned scan of KuduContext.read_table sees the same rows.
+    assert_df_equality(ctx.read_table(table), back, ignore_row_order=True)
+
+
+def test_an_empty_dataframe_writes_nothing_and_reads_back_empty(
+    spark: SparkSession, ctx: KuduContext,
+) -> None:
+    table = new_table(ctx, ALL_TYPES, keys=("id", "tag"))
+    save(spark.createDataFrame([], ALL_TYPES), table)
+    back = load(spark, table)
+    assert back.count() == 0
+    assert [(f.name, f.dataType, f.nullable) for f in back.schema.fields] == [
+        (f.name, f.dataType, f.nullable) for f in ALL_TYPES.fields]
+
+
+def test_reads_see_the_writes_this_session_committed_and_agree_with_read_table(
+    spark: SparkSession, ctx: KuduContext,
+) -> None:
+    table = new_table(ctx)
+    for k in range(3):  # each write is visible to the very next read (read-your-writes)
+        save(spark.createDataFrame([(k, f"v{k}")], STRUCT), table)
+        assert rows(load(spark, table)) == [(i, f"v{i}") for i in range(k + 1)]
+    ctx.upsert_rows(spark.createDataFrame([(0, "from-context")], STRUCT), table)
+    assert rows(load(spark, table))[0] == (0, "from-context")
+    assert rows(ctx.read_table(table)) == rows(load(spark, table))
+
+
+# -- operations --------------------------------------------------------------------------------
+
+
+def test_insert_of_a_duplicate_key_fails_with_already_present_and_loses_nothing_else(
+    spark: SparkSession, ctx: KuduContext,
+) -> None:
+    table = new_table(ctx)
+    save(spark.createDataFrame([(1, "a"), (2, "b")], STRUCT), table, **{"kudu.operation": "insert"})
+    with pytest.raises(Exception, match="AlreadyPresent") as info:
+        save(spark.createDataFrame([(2, "dup"), (3, "c")], STRUCT), table,
+             **{"kudu.operation": "insert"})
+    assert "RowWriteError" in str(info.value)
+    assert rows(load(spark, table)) == [(1, "a"), (2, "b"), (3, "c")]
+
+
+def test_insert_ignore_and_ignore_duplicate_row_errors_skip_existing_keys(
+    spark: SparkSession, ctx: KuduContext,
+) -> None:
+    table = new_table(ctx)
+    save(spark.createDataFrame([(1, "a")], STRUCT), table)
+    save(spark.createDataFrame([(1, "x"), (2, "b")], STRUCT), table,
+         **{"kudu.operation": "insert_ignore"})
+    save(spark.createDataFrame([(1, "y"), (3, "c")], STRUCT), table,
+         **{"kudu.operation": "insert", "kudu.ignoreDuplicateRowErrors": "true"})
+    assert rows(load(spark, table)) == [(1, "a"), (2, "b"), (3, "c")]
+
+
+def test_update_and_delete_change_existing_rows_and_report_missing_keys(
+    spark: SparkSession, ctx: KuduContext,
+) -> None:
+    table = new_table(ctx)
+    save(spark.createDataFrame([(1, "a"), (2, "b"), (3, "c")], STRUCT), table)
+    with pytest.raises(Exception, match="NotFound"):
+        save(spark.createDataFrame([(2, "B"), (9, "missing")], STRUCT), table,
+             **{"kudu.operation": "update"})
+    save(spark.createDataFrame([(3, "C"), (8, "missing")], STRUCT), table,
+         **{"kudu.operation": "update_ignore"})
+    save(spark.createDataFrame([(1, None)], STRUCT), table, **{"kudu.operation": "delete"})
+    save(spark.createDataFrame([(7, None)], STRUCT), table,
+         **{"kudu.operation": "delete_ignore"})
+    assert rows(load(spark, table)) == [(2, "B"), (3, "C")]
+
+
+def test_ignore_null_keeps_stored_values_where_the_upsert_has_nulls(
+    spark: SparkSession, ctx: KuduContext,
+) -> None:
+    struct = StructType([*STRUCT.fields, StructField("n", LongType(), True)])
+    table = new_table(ctx, struct)
+    save(spark.createDataFrame([(1, "a", 10), (2, "b", 20), (3, "c", 30)], struct), table)
+    save(spark.createDataFrame([(1, None, 11), (2, "B", None), (3, None, None), (4, None, 40)],
+                               struct), table, **{"kudu.ignoreNull": "true"})
+    assert rows(load(spark, table)) == [(1, "a", 11), (2, "B", 20), (3, "c", 30),
+                                        (4, None, 40)]
+    save(spark.createDataFrame([(1, None, 12)], struct), table)  # default: nulls are set
+    assert rows(load(spark, table))[0] == (1, None, 12)
+
+
+# -- refused writes ----------------------------------------------------------------------------
+
+
+def test_bad_options_are_refused_with_kudu_spark_messages(
+    spark: SparkSession, ctx: KuduContext,
+) -> None:
+    table = new_table(ctx)
+    df = spark.createDataFrame([(1, "a")], STRUCT)
+    with pytest.raises(Exception, match=re.escape(
+            "Kudu table name must be specified in create options using key 'kudu.table'")):
+        df.write.format("kudu").mode("append").save()
+    with pytest.raises(Exception, match="Unsupported operation type 'merge'"):
+        save(df, table, **{"kudu.operation": "merge"})
+    with pytest.raises(Exception, match=r"unknown option\(s\) \['kudu.batchsise'\]"):
+        save(df, table, **{"kudu.batchSise": "10"})
+    with pytest.raises(Exception, match=re.escape("kudu.batchSize must be >= 1")):
+        save(df, table, **{"kudu.batchSize": "0"})
+    with pytest.raises(Exception, match="save mode 'overwrite' is not supported"):
+        df.write.format("kudu").option("kudu.table", table).mode("overwrite").save()
+    with pytest.raises(Exception, match="differs from this session's master"):
+        save(df, table, **{"kudu.master": "elsewhere:7051"})
+    assert load(spark, table).count() == 0
+
+
+def test_schema_mismatch_is_refused_and_nothing_is_written(
+    spark: SparkSession, ctx: KuduContext,
+) -> None:
+    table = new_table(ctx)
+    extra = StructType([*STRUCT.fields, StructField("zzz", LongType(), True)])
+    with pytest.raises(Exception, match=r"DataFrame columns \['zzz'\] are not in the table"):
+        save(spark.createDataFrame([(1, "a", 3)], extra), table)
+    with pytest.raises(Exception, match="ALTER TABLE"):
+        save(spark.createDataFrame([(1, "a", 3)], extra), table,
+             **{"kudu.handleSchemaDrift": "true"})
+    with pytest.raises(Exception, match=r"lacks primary key columns \['id'\]"):
+        save(spark.createDataFrame([("a",)], "v string"), table)
+    nullable_key = StructType([StructField("id", LongType(), True), *STRUCT.fields[1:]])
+    with pytest.raises(Exception, match="'id' is NOT NULL"):  # found in the writer tasks
+        save(spark.createDataFrame([(1, "a"), (None, "b")], nullable_key), table)
+    assert load(spark, table).count() == 0
+    staging = Path(ctx.warehouse) / "staging"
+    from tests.waiting import wait_until
+
+    wait_until(lambda: not staging.exists() or not any(staging.iterdir()), 30,
+               "the refused write's staging being removed")
+
+
+# -- reads: pushdown, pruning, options ---------------------------------------------------------
+
+
+RANGED_ROWS = [(i, f"s{i % 7}", None if i % 5 == 0 else i * 10) for i in range(60)]
+
+
+@pytest.fixture(scope="module")
+def ranged(spark: SparkSession, kudu: tuple[KuduContext, SessionService]) -> str:
+    """A table with 4 hash buckets x 2 ranges on ``id`` and rows 0..59."""
+    ctx = kudu[0]
+    struct = StructType([*STRUCT.fields, StructField("n", IntegerType(), True)])
+    ps = PartitionSchema((HashDimension(("id",), 4),),
+                         range_columns=("id",),
+                         ranges=(RangePartition((0,), (30,)), RangePartition((30,), (60,))))
+    table = new_table(ctx, struct, partitioning=ps)
+    save(spark.createDataFrame(RANGED_ROWS, struct), table)
+    return table
+
+
+@pytest.mark.parametrize("where, keep, partitions", [
+    ("id = 7", lambda i, v, n: i == 7, 1),
+    ("id in (7, 40)", lambda i, v, n: i in (7, 40), 4),  # 2 buckets x 2 ranges
+    ("id >= 45", lambda i, v, n: i >= 45, 4),  # one range, every bucket
+    ("id < 30 and id > 10", lambda i, v, n: 10 < i < 30, 4),
+    ("id = 7 and n is null", lambda i, v, n: i == 7 and n is None, 1),
+    ("id > 100", lambda i, v, n: False, 0),
+    ("n is null", lambda i, v, n: n is None, 8),
+    ("v = 's3' and id <= 30", lambda i, v, n: v == "s3" and i <= 30, 8),
+    ("n <> 70 and id < 10", lambda i, v, n: n is not None and n != 70 and i < 10, 4),
+    ("v like 's1%'", lambda i, v, n: v.startswith("s1"), 8),  # not pushed: Spark filters
+    ("id < 10 or id > 55", lambda i, v, n: i < 10 or i > 55, 8),  # OR is never pushed
+])
+def test_pushed_filters_prune_tablets_and_match_spark_side_filtering(
+    spark: SparkSession, ranged: str, where: str, keep: Callable[[int, str, int | None], bool],
+    partitions: int,
+) -> None:
+    df = load(spark, ranged).where(where)
+    # Every tablet pruned: Spark runs one empty stand-in partition.
+    assert df.rdd.getNumPartitions() == max(partitions, 1)
+    assert rows(df) == sorted(r for r in RANGED_ROWS if keep(*r))
+
+
+def test_reads_work_without_pushdown_when_the_application_turns_it_off(
+    spark: SparkSession, ranged: str,
+) -> None:
+    key = "spark.sql.python.filterPushdown.enabled"
+    assert spark.conf.get(key) == "true"  # register() turned it on
+    spark.conf.set(key, "false")
+    try:
+        df = load(spark, ranged).where("id = 7")
+        assert df.rdd.getNumPartitions() == 8  # no pruning, but no error either
+        assert rows(df) == [RANGED_ROWS[7]]
+    finally:
+        spark.conf.set(key, "true")
+
+
+def test_filters_on_float_and_timestamp_columns_stay_exact(
+    spark: SparkSession, ctx: KuduContext,
+) -> None:
+    struct = StructType([StructField("id", LongType(), False), StructField("x", DoubleType()),
+                         StructField("ts", TimestampType())])
+    table = new_table(ctx, struct)
+    t0 = dt.datetime(2024, 1, 1, 12, 0, 0)
+    data = [(1, float("nan"), t0), (2, 1.0, t0 + dt.timedelta(hours=1)), (3, None, None)]
+    save(spark.createDataFrame(data, struct), table)
+    df = load(spark, table)
+    assert [r.id for r in df.where("x > 0.5").orderBy("id").collect()] == [1, 2]  # NaN > all
+    assert [r.id for r in df.where(df.ts > t0).collect()] == [2]
+    assert [r.id for r in df.where(df.ts == t0).collect()] == [1]
+
+
+def test_scan_options_leader_only_fault_tolerant_and_batch_size(
+    spark: SparkSession, ranged: str,
+) -> None:
+    everything = rows(load(spark, ranged))
+    assert len(everything) == 60
+    assert rows(load(spark, ranged, **{"kudu.scanLocality": "leader_only"})) == everything
+    assert rows(load(spark, ranged, **{"kudu.faultTolerantScan": "true"})) == everything
+    assert rows(load(spark, ranged, **{"kudu.batchSize": "3"})) == everything
+    with pytest.raises(Exception, match=re.escape("kudu.snapshotTimestampMicros is not supported")):
+        load(spark, ranged, **{"kudu.snapshotTimestampMicros": "1"}).collect()
+    with pytest.raises(Exception, match=re.escape("unknown kudu.scanLocality 'nearest'")):
+        load(spark, ranged, **{"kudu.scanLocality": "nearest"}).collect()
+
+
+def test_a_snapshot_index_reads_the_tablet_as_of_that_log_index(
+    spark: SparkSession, ctx: KuduContext,
+) -> None:
+    table = new_table(ctx, partitioning=PartitionSchema())  # one tablet: one log
+    save(spark.createDataFrame([(1, "a"), (2, "b")], STRUCT), table)
+    (first,) = [t.committed_index for t in ctx.master.get_table(table).tablets]
+    save(spark.createDataFrame([(2, "B"), (3, "c")], STRUCT), table)
+    assert rows(load(spark, table, **{"kudu.snapshotIndex": str(first)})) == [(1, "a"), (2, "b")]
+    latest = [(1, "a"), (2, "B"), (3, "c")]
+    assert rows(load(spark, table)) == latest
+    assert rows(load(spark, table, **{"kudu.faultTolerantScan": "true"})) == latest
+
+
+def test_a_narrower_read_schema_projects_columns(spark: SparkSession, ranged: str) -> None:
+    df = spark.read.format("kudu").schema("id long, n int").option("kudu.table", ranged).load()
+    got = rows(df.where("id < 3"))
+    assert got == [(0, None), (1, 10), (2, 20)]
+    with pytest.raises(Exception, match="column 'n' is int in the table, not string"):
+        spark.read.format("kudu").schema("id long, n string").option(
+            "kudu.table", ranged).load().collect()
+
+
+# -- the session service and registration ------------------------------------------------------
+
+
+def non_loopback_address() -> str | None:
+    """This host's address on its default route (a UDP connect sends nothing), if any."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+        try:
+            u.connect(("10.255.255.255", 1))
+        except OSError:
+            return None
+        ip = str(u.getsockname()[0])
+    return None if ip.startswith("127.") else ip
+
+
+def test_the_session_service_listens_on_loopback_and_refuses_a_wrong_secret(
+    kudu: tuple[KuduContext, SessionService], ranged: str,
+) -> None:
+    address = kudu[1].address
+    assert address.host == "127.0.0.1"
+    other = non_loopback_address()
+    if other is not None:  # the same port on another interface of this host is closed
+        with socket.socket() as s:
+            s.settimeout(2)
+            assert s.connect_ex((other, address.port)) != 0
+    assert SessionClient(address).describe(ranged).table == ranged
+    wrong = SessionAddress(address.host, address.port, "0" * len(address.secret))
+    with pytest.raises(InvalidArgumentError, match="wrong secret"):
+        SessionClient(wrong).describe(ranged)
+    with socket.create_connection((address.host, address.port), timeout=10) as s:
+        s.sendall(b"KSS1" + b"x" * 3)  # a short, wrong secret: the service hangs up
+        s.shutdown(socket.SHUT_WR)
+        assert s.recv(1) == b""
+    assert address.secret not in repr(address)
+
+
+def test_a_closed_session_is_reported_as_unreachable(
+    kudu: tuple[KuduContext, SessionService],
+) -> None:
+    ctx = kudu[0]
+    other = SessionService(ctx)
+    address = other.address
+    other.close()
+    with pytest.raises(ServiceUnavailableError, match="not reachable"):
+        SessionClient(address).describe("anything")
+
+
+def test_the_registered_class_carries_its_session_by_value(
+    kudu: tuple[KuduContext, SessionService], tmp_path: Path,
+) -> None:
+    from pyspark_kudu.spark.datasource import bound_source
+
+    address = kudu[1].address
+    pickled = tmp_path / "source.pkl"
+    pickled.write_bytes(cloudpickle.dumps(bound_source(address)))  # type: ignore[no-untyped-call]
+    # A fresh interpreter (like Spark's workers) rebuilds the class with its attributes.
+    out = subprocess.run(
+        [sys.executable, "-c", "import pickle, sys; c = pickle.load(open(sys.argv[1], 'rb')); "
+         "print(c.name(), c.session.port, c.session.secret, c.__mro__[1].__name__)",
+         str(pickled)], check=True, capture_output=True, text=True).stdout.split()
+    assert out == ["kudu", str(address.port), address.secret, "KuduDataSource"]
+    assert KuduDataSource.session is None  # the base stays unbound
