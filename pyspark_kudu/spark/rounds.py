@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyspark import SparkContext
+from pyspark.serializers import BatchedSerializer, CPickleSerializer
 
 from pyspark_kudu.spark.dataplane import StagedRef, read_staged, refs_in
 from pyspark_kudu.spark.peer import PeerRequest, PeerResponse, handle_requests
@@ -43,7 +44,6 @@ __all__ = ["SparkTransport", "TabletServerLocation", "root_cause"]
 
 _log = logging.getLogger(__name__)
 
-
 @dataclass(frozen=True)
 class TabletServerLocation:
     """Where a tablet server lives. ``root`` is set only for local-mode virtual servers;
@@ -53,13 +53,11 @@ class TabletServerLocation:
     host: str
     root: str | None = None
 
-
 @dataclass(frozen=True)
 class _HostTask:
     host: str
     items: tuple[tuple[str, str | None, tuple[PeerRequest, ...]], ...]
     options: WalOptions | None
-
 
 def _serve_host(task: _HostTask, delivered: Mapping[str, bytes] | None = None
                 ) -> list[tuple[str, list[PeerResponse] | None, str]]:
@@ -74,17 +72,14 @@ def _serve_host(task: _HostTask, delivered: Mapping[str, bytes] | None = None
         out.append((ts_uuid, res.value if res.ok else None, res.misplaced_reason))
     return out
 
-
 def _barrier_partition(it: Iterator[_HostTask]) -> Iterator[list[tuple[str, Any, str]]]:
     for task in it:
         yield _serve_host(task)
-
 
 def _barrier_with_data(it: Iterator[tuple[_HostTask, list[tuple[int, tuple[str, bytes]]]]]
                        ) -> Iterator[list[tuple[str, Any, str]]]:
     for task, pairs in it:
         yield _serve_host(task, {path: data for _, (path, data) in pairs})
-
 
 def _emit_staged(items: Sequence[tuple[StagedRef, tuple[int, ...]]]
                  ) -> Iterator[tuple[int, tuple[str, bytes]]]:
@@ -98,13 +93,10 @@ def _emit_staged(items: Sequence[tuple[StagedRef, tuple[int, ...]]]
         for d in dests:
             yield d, (ref.path, data)
 
-
 def _destination(k: int) -> int:
     return k
 
-
 _PY_ERROR = re.compile(r"(?<![\w.$])(?:[a-z_]\w*\.)*([A-Z]\w*(?:Error|Exception)): ([^\n]*)")
-
 
 def root_cause(message: str) -> str:
     """The Python exception a failed stage carries (e.g. ``ModuleNotFoundError: ...``),
@@ -114,7 +106,6 @@ def root_cause(message: str) -> str:
         name, text = found[-1]
         return f"{name}: {text.strip()}"
     return (message.strip().splitlines() or [""])[0]
-
 
 class SparkTransport:
     """Runs rounds as barrier stages over the tablet servers in ``servers``."""
@@ -146,6 +137,11 @@ class SparkTransport:
         tasks = [(_HostTask(h, tuple(items), self._options), [h])
                  for h, items in sorted(by_host.items())]
         result: dict[str, list[PeerResponse] | None] = {ts: None for ts in requests}
+        # Rounds run on the replication service's thread: name them for the Spark UI.
+        self._sc.setLocalProperty("spark.job.description", (
+            f"pyspark-kudu replication round {self.rounds}: "
+            f"{sum(len(r) for r in requests.values())} requests to {len(requests)} tablet "
+            f"servers"))
         try:
             refs = self._refs_by_source(requests, [h for h, _ in sorted(by_host.items())])
             if refs:
@@ -191,9 +187,13 @@ class SparkTransport:
         scheduler takes the first parent's: the pinned side, i.e. the destination host."""
         sc = self._sc
         source = pinned_rdd(sc, [(tuple(items), [src]) for src, items in sorted(refs.items())])
+        # One element per partition on both sides, with serializers pyspark's zip accepts
+        # as they are: it then zips the JVM RDDs directly instead of re-serializing both
+        # sides in two more Python workers per task (each a process start under load).
         shuffled = (source.flatMap(_emit_staged)
                     .partitionBy(len(tasks), _destination)
-                    .glom())
+                    .glom()
+                    ._reserialize(BatchedSerializer(CPickleSerializer(), 1)))  # type: ignore[no-untyped-call]
         out: list[list[tuple[str, Any, str]]] = (
             pinned_rdd(sc, tasks).zip(shuffled).barrier()
             .mapPartitions(_barrier_with_data).collect())

@@ -243,7 +243,7 @@ class Source(Protocol):
     def close(self) -> None: ...
 
 
-class _RemoteSource:
+class RemoteSource:
     def __init__(self, client: MasterClient) -> None:
         self.client = client
 
@@ -324,6 +324,6 @@ def open_source(args: argparse.Namespace) -> Source:
     if getattr(args, "master_dir", None):
         return _OfflineSource(args.master_dir)
     masters = args.master or default_masters()
-    return _RemoteSource(MasterClient(masters, token=read_token(args.token_file),
+    return RemoteSource(MasterClient(masters, token=read_token(args.token_file),
                                       timeout_s=float(args.timeout_s),
                                       rpc_timeout_s=min(float(args.timeout_s), 10.0)))

@@ -1,0 +1,94 @@
+"""Check a pyspark-kudu cluster from a Spark application, as ``kudu cluster ksck``.
+
+    spark-submit jobs/ksck.py [--master h1:7051,h2:7052,h3:7053 | --warehouse DIR]
+
+The job opens a :class:`~pyspark_kudu.KuduContext`, so the tablet servers of this
+application's executors (or the virtual ones of ``local[*]`` mode) register with the master
+and their liveness is known, then prints the report of ``pyspark-kudu cluster ksck``
+(:func:`~pyspark_kudu.tools.cli_cluster.ksck_report`: masters, tablet servers with their
+locations, tablet health per table, placement policy violations).
+
+Exit codes: 0 healthy and compliant; 1 anything needs attention (or the check failed);
+2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from pyspark.sql import SparkSession
+
+from pyspark_kudu import KuduContext
+from pyspark_kudu.errors import KuduError, UsageError
+from pyspark_kudu.spark.daemon import DAEMON_CONF
+from pyspark_kudu.tools.cli_cluster import ksck_report
+from pyspark_kudu.tools.connect import RemoteSource
+from pyspark_kudu.tools.tabular import FORMATS
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ksck.py", description=(__doc__ or "").splitlines()[0],
+        epilog="Exit codes: 0 healthy, 1 issues found or the check failed, 2 usage error.")
+    p.add_argument("--master", metavar="ADDRESSES",
+                   help="standalone masters host:port,...; default: the master embedded in "
+                        "this driver over --warehouse")
+    p.add_argument("--warehouse", metavar="DIR",
+                   help="embedded master's catalog and, in local mode, the virtual tablet "
+                        "servers' data (default: spark.kudu.warehouse, else ./kudu-warehouse)")
+    p.add_argument("--local-tablet-servers", type=int, default=3, metavar="N",
+                   help="virtual tablet servers in local[*] mode (default 3)")
+    p.add_argument("--format", choices=FORMATS, default="text",
+                   help="text tables (default), json or json_pretty")
+    return p
+
+
+def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -> int:
+    """Run the check; returns the exit code. ``spark`` is used and left running if given,
+    else the job starts its own session and stops it at the end."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:  # --help (0) or a usage error (2, already printed)
+        return e.code if isinstance(e.code, int) else EXIT_USAGE
+    try:
+        with _session(spark) as session, KuduContext(
+                session, args.master, warehouse=args.warehouse,
+                local_tablet_servers=args.local_tablet_servers) as kudu:
+            ok, report = ksck_report(RemoteSource(kudu.master).state(masters=True),
+                                     args.format)
+    except UsageError as e:
+        print(f"ksck.py: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KuduError as e:
+        print(f"ksck.py: failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    print(report)
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+@contextmanager
+def _session(spark: SparkSession | None) -> Iterator[SparkSession]:
+    """``spark`` if given (left running), else a new session stopped at the end: under
+    spark-submit (which sets ``PYSPARK_GATEWAY_PORT``) with its master, else ``local[2]``."""
+    if spark is not None:
+        yield spark
+        return
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers need this env
+    builder = SparkSession.builder.appName("pyspark-kudu-ksck").config(*DAEMON_CONF)
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        builder = builder.master("local[2]")
+    session = builder.getOrCreate()
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

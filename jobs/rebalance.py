@@ -1,0 +1,113 @@
+"""Plan a rebalance of a pyspark-kudu cluster, as ``kudu cluster rebalance --report_only``.
+
+    spark-submit jobs/rebalance.py [--master h1:7051,h2:7052,h3:7053 | --warehouse DIR]
+
+The job opens a :class:`~pyspark_kudu.KuduContext` (so the tablet servers of this
+application register and their liveness is known), plans with the master's rebalancer and
+prints the report of ``pyspark-kudu cluster rebalance``
+(:func:`~pyspark_kudu.tools.cli_cluster.rebalance_report`): per-location load, placement
+policy violations and skew before and after the planned moves.
+
+``--report_only`` is the default. Executing moves (a pinned tablet copy onto the target's
+host, then Raft config changes 3-4-3) is not available yet: ``--no-report_only`` says so and
+exits 2 without starting Spark.
+
+Exit codes: 0 balanced and compliant; 1 moves planned or violations remain (or the plan
+failed); 2 usage error, including ``--no-report_only``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from pyspark.sql import SparkSession
+
+from pyspark_kudu import KuduContext
+from pyspark_kudu.errors import KuduError, UsageError
+from pyspark_kudu.spark.daemon import DAEMON_CONF
+from pyspark_kudu.tools.cli_cluster import rebalance_report
+from pyspark_kudu.tools.connect import RemoteSource
+from pyspark_kudu.tools.tabular import FORMATS
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="rebalance.py", description=(__doc__ or "").splitlines()[0],
+        epilog="Exit codes: 0 balanced, 1 moves planned or violations remain, 2 usage error.")
+    p.add_argument("--report_only", "--report-only", dest="report_only", default=True,
+                   action=argparse.BooleanOptionalAction,
+                   help="print the plan's report only (default); executing moves "
+                        "(--no-report_only) is not available yet")
+    p.add_argument("--max_moves", "--max-moves", dest="max_moves", type=int, metavar="N",
+                   help="plan at most N moves (default: as many as needed)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the planner's random choices (default 0: the same catalog "
+                        "gives the same plan)")
+    p.add_argument("--master", metavar="ADDRESSES",
+                   help="standalone masters host:port,...; default: the master embedded in "
+                        "this driver over --warehouse")
+    p.add_argument("--warehouse", metavar="DIR",
+                   help="embedded master's catalog and, in local mode, the virtual tablet "
+                        "servers' data (default: spark.kudu.warehouse, else ./kudu-warehouse)")
+    p.add_argument("--local-tablet-servers", type=int, default=3, metavar="N",
+                   help="virtual tablet servers in local[*] mode (default 3)")
+    p.add_argument("--format", choices=FORMATS, default="text",
+                   help="text tables (default), json or json_pretty")
+    return p
+
+
+def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -> int:
+    """Plan and print; returns the exit code. ``spark`` is used and left running if given,
+    else the job starts its own session and stops it at the end."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:  # --help (0) or a usage error (2, already printed)
+        return e.code if isinstance(e.code, int) else EXIT_USAGE
+    if not args.report_only:
+        print("rebalance.py: error: executing rebalancing moves is not available yet (a "
+              "pinned tablet copy plus Raft config changes, issue 8); run with --report_only "
+              "(the default) to see the plan", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        with _session(spark) as session, KuduContext(
+                session, args.master, warehouse=args.warehouse,
+                local_tablet_servers=args.local_tablet_servers) as kudu:
+            balanced, report = rebalance_report(
+                RemoteSource(kudu.master).state(), report_only=True, seed=args.seed,
+                max_moves=args.max_moves, fmt=args.format)
+    except UsageError as e:
+        print(f"rebalance.py: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KuduError as e:
+        print(f"rebalance.py: failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    print(report)
+    return EXIT_OK if balanced else EXIT_FAILED
+
+
+@contextmanager
+def _session(spark: SparkSession | None) -> Iterator[SparkSession]:
+    """``spark`` if given (left running), else a new session stopped at the end: under
+    spark-submit (which sets ``PYSPARK_GATEWAY_PORT``) with its master, else ``local[2]``."""
+    if spark is not None:
+        yield spark
+        return
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers need this env
+    builder = SparkSession.builder.appName("pyspark-kudu-rebalance").config(*DAEMON_CONF)
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        builder = builder.master("local[2]")
+    session = builder.getOrCreate()
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
