@@ -3,7 +3,8 @@
 Part 1 drives a 3-replica Raft group in-process: election, commits, leader loss, rejoin.
 Part 2 starts a local SparkSession with 3 virtual tablet servers and an embedded master,
 creates an RF=3 table, writes rows (with a duplicate to show Kudu's per-row errors), and reads
-them back through pinned scans. (Issue 9 grows this into ``jobs/ingest.py`` on a cluster.)
+them back through pinned scans. Part 3 runs ``spark-submit jobs/ingest.py`` on a generated CSV
+(embedded master, local mode) and prints the ksck summary.
 
     python jobs/demo.py [--seed N] [--rows N]
 """
@@ -62,6 +63,35 @@ def table_demo(rows: int, say: object = print, spark: object = None) -> int:
             spark.stop()
 
 
+def ingest_command(source: str, warehouse: str, table: str = "events") -> list[str]:
+    """The part-3 command: ``spark-submit jobs/ingest.py`` on the embedded default master
+    (local mode), creating an RF=3 table from a CSV and ending with the ksck summary."""
+    from pyspark_kudu.spark.standalone import spark_home
+
+    return [os.path.join(spark_home(), "bin", "spark-submit"), "--master", "local[2]",
+            "--conf", "spark.ui.enabled=false",
+            "--conf", "spark.python.daemon.module=pyspark_kudu.spark.daemon",
+            os.path.join(os.path.dirname(os.path.abspath(__file__)), "ingest.py"),
+            "--source", source, "--format", "csv", "--table", table, "--create",
+            "--keys", "id", "--hash-buckets", "3", "--replicas", "3",
+            "--warehouse", warehouse, "--ksck"]
+
+
+def ingest_demo(rows: int) -> int:
+    """Write a CSV of ``rows`` rows and ingest it with spark-submit; returns its exit code."""
+    import subprocess
+
+    work = tempfile.mkdtemp(prefix="kudu-ingest-demo-")
+    src = os.path.join(work, "events.csv")
+    with open(src, "w", encoding="utf-8") as f:
+        f.write("id,name,score\n")
+        f.writelines(f"{i},user-{i},{i * 0.5}\n" for i in range(rows))
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    cmd = ingest_command(src, os.path.join(work, "warehouse"))
+    print("$ " + " ".join(cmd), flush=True)
+    return subprocess.run(cmd, env=env, check=False).returncode
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--seed", type=int, default=7, help="seed of the simulated network")
@@ -71,6 +101,8 @@ def main() -> None:
     run_demo(args.seed, print)
     print("== part 2: a replicated table in Spark ==")
     table_demo(args.rows)
+    print("== part 3: spark-submit jobs/ingest.py, then ksck ==")
+    sys.exit(ingest_demo(args.rows * 10))
 
 
 if __name__ == "__main__":

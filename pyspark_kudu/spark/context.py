@@ -242,6 +242,14 @@ class KuduContext:
                 f"table {name}: creating replicas failed on tablet servers {failed}: {cause}"
                 + (" (executors must run a Python with pyspark-kudu installed: set "
                    "PYSPARK_PYTHON or spark.pyspark.python)" if "ModuleNotFound" in cause else ""))
+        # Like Kudu, a new table's tablets get leaders right away, so its first write does
+        # not pay the elections (four shared rounds). A failure here is not the DDL's: the
+        # first write elects again.
+        try:
+            self._leaders_for(locs, [t.tablet_id for t in locs.tablets])
+        except KuduError as e:
+            _log.warning("table %s: electing tablet leaders after creation failed (the first "
+                         "write elects again): %s", name, e)
         return table_id
 
     def table_exists(self, name: str) -> bool:

@@ -31,7 +31,6 @@ from pyspark.sql.types import (
 )
 
 from pyspark_kudu import HashDimension, KuduContext, PartitionSchema
-from pyspark_kudu.spark.standalone import spark_home
 
 JOBS = Path(__file__).resolve().parents[2] / "jobs"
 Row = tuple[int, str, float | None]
@@ -150,13 +149,12 @@ def test_ingest_through_spark_submit_prints_the_summary(tmp_path: Path) -> None:
     write_source("csv", rows(range(25)), src)
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
                SPARK_LOCAL_DIRS=str(tmp_path / "spark-local"))
+    # The README's demo runs exactly this command (jobs/demo.py part 3).
     proc = subprocess.run(
-        [os.path.join(spark_home(), "bin", "spark-submit"), "--master", "local[2]",
-         "--conf", "spark.ui.enabled=false", str(JOBS / "ingest.py"),
-         "--source", str(src), "--format", "csv", "--table", "t", "--create", "--keys", "id",
-         "--warehouse", str(tmp_path / "wh")],
+        job("demo").ingest_command(str(src), str(tmp_path / "wh"), table="t"),
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Tablet Server Summary" in proc.stdout and "HEALTHY" in proc.stdout
     assert "created table t: key (id), 3 hash buckets, 3 replicas" in proc.stdout
     assert "rows written:    25" in proc.stdout and "row errors:      0" in proc.stdout
     # spark-submit merges the Python driver's stderr (the progress line) into stdout.
