@@ -79,6 +79,7 @@ from pyspark_kudu.spark.rounds import SparkTransport, TabletServerLocation, root
 from pyspark_kudu.spark.service import ReplicationService, WriteOutcome
 from pyspark_kudu.spark.session import register
 from pyspark_kudu.spark.tserver import ensure_instance, local_data_root, run_pinned
+from pyspark_kudu.tablet import OpType
 from pyspark_kudu.wal import WalOptions
 
 __all__ = ["KuduContext", "WriteProgress", "WriteSummary"]
@@ -105,6 +106,9 @@ class WriteProgress:
     rows_total: int
     batches_done: int
     batches_total: int
+
+
+_MAY_FAIL_PER_ROW = (int(OpType.INSERT), int(OpType.UPDATE), int(OpType.DELETE))
 
 
 @dataclass(frozen=True)
@@ -386,8 +390,11 @@ class KuduContext:
         futures: dict[Future[WriteOutcome], tuple[str, list[StagedRef]]] = {}
         for pidx in sorted(refs):
             tid = locs.tablets[pidx].tablet_id
+            # Only insert, update and delete can fail per row; the others return once
+            # committed, without waiting a round for the replicas' per-row results.
             fut = self._service.submit(leaders[tid], [r.encode() for r in refs[pidx]],
-                                       want_results=True)
+                                       want_results=any(r.op in _MAY_FAIL_PER_ROW
+                                                        for r in refs[pidx]))
             futures[fut] = (tid, refs[pidx])
         total_rows = sum(r.rows for rs in refs.values() for r in rs)
         total_batches = sum(len(rs) for rs in refs.values())
@@ -406,9 +413,12 @@ class KuduContext:
                     f"upsert retry is harmless)")
                 continue
             for (_, _, result), ref in zip(outcome, batch_refs, strict=True):
-                assert result is not None
-                written += result.num_rows - len(result.errors)
-                errors.extend((tid, e.key or {}, e.status, e.message) for e in result.errors)
+                if result is None:
+                    written += ref.rows
+                else:
+                    written += result.num_rows - len(result.errors)
+                    errors.extend((tid, e.key or {}, e.status, e.message)
+                                  for e in result.errors)
                 rows_done += ref.rows
                 batches_done += 1
             if progress is not None:

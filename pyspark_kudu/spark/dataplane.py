@@ -85,20 +85,21 @@ class StagedRef:
     crc: int
     rows: int
     tablet: int  # partition index of the tablet
+    op: int = 0  # the OpType of every row (0: not a staged write, e.g. a log entry)
 
     def encode(self) -> bytes:
         return REF_MAGIC + json.dumps(
-            [self.host, self.root, self.path, self.size, self.crc, self.rows, self.tablet]
-        ).encode()
+            [self.host, self.root, self.path, self.size, self.crc, self.rows, self.tablet,
+             self.op]).encode()
 
     @staticmethod
     def decode(data: bytes) -> StagedRef | None:
         """The ref in an entry's data, or None if the data is not a ref."""
         if not data.startswith(REF_MAGIC):
             return None
-        host, root, path, size, crc, rows, tablet = json.loads(data[len(REF_MAGIC):])
+        host, root, path, size, crc, rows, tablet, op = json.loads(data[len(REF_MAGIC):])
         return StagedRef(str(host), str(root), str(path), int(size), int(crc), int(rows),
-                         int(tablet))
+                         int(tablet), int(op))
 
 
 def staging_schema() -> str:
@@ -133,7 +134,7 @@ def stage_batches(schema: Schema, partitioner: Partitioner, op: OpType, write_id
             with open(full, "wb") as f:
                 f.write(enc)
             ref = StagedRef(host, data_root, rel, len(enc), google_crc32c.value(enc),
-                            rows.num_rows, pidx)
+                            rows.num_rows, pidx, int(op))
             return pa.RecordBatch.from_arrays(
                 [pa.array([ref.encode()], pa.binary()), pa.array([None], pa.string())],
                 schema=out_schema)

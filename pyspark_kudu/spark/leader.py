@@ -354,6 +354,10 @@ class TabletLeader:
         self._view.create_snapshot(floor, node.conf_state)
         self._view.compact(floor)
 
+    def drop_results(self) -> None:
+        """Forget per-row results nobody is waiting for (writes that did not ask)."""
+        self._results.clear()
+
     def abandon(self, reason: str) -> None:
         """Give up this leadership (after a failed write): the next write elects again and
         rebuilds the log mirror from the replicas, which hold real batches, not refs."""

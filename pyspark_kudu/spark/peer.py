@@ -236,16 +236,32 @@ def scan_replica(
     """Scan one replica at ``snapshot`` (default: everything it knows committed).
 
     Returns Arrow IPC streams (one per output batch) so results travel as task results.
-    Only committed entries are ever visible: the tablet is rebuilt from the WAL bounded by
-    the replica's commit index (or ``known_commit``, see :class:`WalCommittedLog`).
+    Only committed entries are ever visible: the scan reads the replica's own tablet when it
+    has applied everything committed (its commit index, or ``known_commit`` from the
+    client), else a tablet rebuilt from the WAL bounded by that index
+    (:class:`WalCommittedLog`).
     """
-    # A fresh tablet: the cached one holds only what this replica applied, while a scan
-    # may see up to ``known_commit``. Opening may flush, hence ``mutate``.
-    _require_replica(tablet_dir(root, tablet_id), tablet_id)
-    with open_replica(root, tablet_dir(root, tablet_id), tablet_id, options,
-                      mutate=True) as handle:
-        tablet = Tablet.open(root, tablet_id,
-                             log=WalCommittedLog(handle.storage, known_commit=known_commit))
+    io = tablet_dir(root, tablet_id)
+    _require_replica(io, tablet_id)
+    # Opening a tablet may flush, hence ``mutate``.
+    with open_replica(root, io, tablet_id, options, mutate=True) as handle:
+        storage = handle.storage
+        target = storage.initial_state()[0].commit
+        if known_commit is not None:
+            target = max(target, min(known_commit, storage.last_index()))
+        applied = _read_applied(io)
+        own = applied < target
+        if own:
+            # The replica has not applied everything the reader may see: a tablet rebuilt
+            # from the WAL up to the target, for this scan only.
+            tablet = Tablet.open(root, tablet_id,
+                                 log=WalCommittedLog(storage, known_commit=known_commit))
+        else:
+            # The replica's own tablet is current: reuse (and keep) it, as the write path does.
+            if handle.tablet is None:
+                handle.tablet_log = WalCommittedLog(storage, upto=applied)
+                handle.tablet = Tablet.open(root, tablet_id, log=handle.tablet_log)
+            tablet = handle.tablet
         try:
             out = []
             for batch in tablet.scan(columns, predicates, snapshot, batch_rows):
@@ -255,7 +271,8 @@ def scan_replica(
                 out.append(sink.getvalue().to_pybytes())
             return out
         finally:
-            tablet.close()
+            if own:
+                tablet.close()
 
 
 def _require_replica(io: FileIO, tablet_id: str, create: bool = False) -> None:

@@ -28,7 +28,13 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from pyspark_kudu.errors import IllegalStateError, KuduError
-from pyspark_kudu.spark.leader import PeerTransport, TabletLeader, collect_results, replicate
+from pyspark_kudu.spark.leader import (
+    PeerTransport,
+    TabletLeader,
+    collect_results,
+    replicate,
+    run_round,
+)
 from pyspark_kudu.tablet import WriteResult
 
 __all__ = ["ReplicationService", "WriteOutcome"]
@@ -49,13 +55,15 @@ class _Write:
 class ReplicationService:
     """Runs rounds for queued writes on a background thread until :meth:`close`."""
 
-    def __init__(self, transport: PeerTransport) -> None:
+    def __init__(self, transport: PeerTransport, settle_delay_s: float = 0.5) -> None:
         self._transport = transport
+        self.settle_delay_s = settle_delay_s
         self._queue: list[_Write] = []
         self._cv = threading.Condition()
         self._closed = False
         self.rounds = 0
         self.writes = 0
+        self.settle_rounds = 0
         self._thread = threading.Thread(target=self._loop, name="kudu-replication",
                                         daemon=True)
         self._thread.start()
@@ -85,14 +93,45 @@ class ReplicationService:
         self.close()
 
     def _loop(self) -> None:
+        unsettled: set[TabletLeader] = set()
         while True:
+            batch: list[_Write] | None
             with self._cv:
-                while not self._queue and not self._closed:
-                    self._cv.wait()
-                if not self._queue and self._closed:
-                    return
-                batch, self._queue = self._queue, []
+                if unsettled and not self._queue and not self._closed:
+                    self._cv.wait(self.settle_delay_s)  # a next write would carry the commit
+                if unsettled and not self._queue and not self._closed:
+                    batch = None
+                else:
+                    while not self._queue and not self._closed:
+                        self._cv.wait()
+                    if not self._queue and self._closed:
+                        return
+                    batch, self._queue = self._queue, []
+            if batch is None:
+                self._settle(unsettled)
+                unsettled = set()
+                continue
             self._run(batch)
+            unsettled |= {w.leader for w in batch}
+
+    def _settle(self, leaders: set[TabletLeader]) -> None:
+        """After ``settle_delay_s`` without writes: one commit-only round, so that replicas
+        learn the new commit index and apply it (a write returns once *committed*; applying
+        is what makes replicas' own tablets current for scans). A write arriving sooner
+        carries the commit index itself. Results nobody asked for are dropped."""
+        live = [lead for lead in leaders if lead.node is not None]
+        for lead in live:
+            assert lead.node is not None
+            lead.node.broadcast_heartbeat()
+        try:
+            errors = run_round(self._transport, live) if live else {}
+        except KuduError:
+            errors = {}
+        self.settle_rounds += 1
+        for lead in live:
+            if lead in errors:
+                lead.abandon(str(errors[lead]))
+            lead.drop_results()
 
     def _run(self, writes: list[_Write]) -> None:
         per_leader: dict[TabletLeader, list[_Write]] = {}
