@@ -169,3 +169,29 @@ def test_a_stream_without_a_checkpoint_option_or_stream_id_is_refused(
     finally:
         spark.conf.unset(key)
     assert ids(spark, "nockpt") == []
+
+
+def test_every_column_type_round_trips_exactly_through_the_streaming_sink(
+    spark: SparkSession, kudu: tuple[KuduContext, SessionService], tmp_path: Path,
+) -> None:
+    from chispa import assert_df_equality
+
+    from tests.spark.test_datasource import ALL_ROWS, ALL_TYPES
+
+    ctx, _ = kudu
+    ctx.create_table("typed_stream", ALL_TYPES, keys=["id", "tag"], replicas=3,
+                     partitioning=PartitionSchema((HashDimension(("id",), 2),)))
+    expected = spark.createDataFrame(ALL_ROWS, ALL_TYPES)
+    source = tmp_path / "typed-src"
+    expected.write.parquet(str(source))
+    query = (spark.readStream.schema(ALL_TYPES).parquet(str(source)).writeStream
+             .format("kudu").option("kudu.table", "typed_stream")
+             .option("checkpointLocation", str(tmp_path / "typed-ck"))
+             .trigger(availableNow=True).start())
+    try:
+        assert query.awaitTermination(300), "the streaming query did not finish"
+    finally:
+        query.stop()
+    assert query.exception() is None, query.exception()
+    back = spark.read.format("kudu").option("kudu.table", "typed_stream").load()
+    assert_df_equality(back, expected, ignore_row_order=True, ignore_metadata=True)
