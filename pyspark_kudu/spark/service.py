@@ -131,6 +131,10 @@ class ReplicationService:
         for lead in live:
             if lead in errors:
                 lead.abandon(str(errors[lead]))
+            elif lead.node is not None:
+                # Every proposed entry belongs to a finished write now: release what the
+                # round's apply made releasable (``_run`` could only go as far as applied).
+                lead.release(lead.node.commit_index)
             lead.drop_results()
 
     def _run(self, writes: list[_Write]) -> None:
