@@ -20,17 +20,14 @@ such table).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 
 from pyspark.sql import SparkSession
 
-from pyspark_kudu import KuduContext
 from pyspark_kudu.errors import KuduError, UsageError
-from pyspark_kudu.spark.daemon import DAEMON_CONF
+from pyspark_kudu.spark.jobsupport import add_context_args, job_session, open_context
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -47,14 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=("overwrite", "append", "error"), default="overwrite",
                    help="what to do when a Delta table exists at --dest: overwrite it "
                         "(default, a new version), append to it, or fail")
-    p.add_argument("--master", metavar="ADDRESSES",
-                   help="standalone masters host:port,...; default: the master embedded in "
-                        "this driver over --warehouse")
-    p.add_argument("--warehouse", metavar="DIR",
-                   help="embedded master's catalog and, in local mode, the virtual tablet "
-                        "servers' data (default: spark.kudu.warehouse, else ./kudu-warehouse)")
-    p.add_argument("--local-tablet-servers", type=int, default=3, metavar="N",
-                   help="virtual tablet servers in local[*] mode (default 3)")
+    add_context_args(p)
     return p
 
 
@@ -70,9 +60,8 @@ def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -
         return e.code if isinstance(e.code, int) else EXIT_USAGE
     start = time.monotonic()
     try:
-        with _session(spark) as session, KuduContext(
-                session, args.master, warehouse=args.warehouse,
-                local_tablet_servers=args.local_tablet_servers) as kudu:
+        with (job_session("pyspark-kudu-export-delta", spark) as session,
+              open_context(session, args) as kudu):
             session.sparkContext.setJobDescription(f"export_delta: scan {args.table}")
             try:
                 rows = kudu.read_table(args.table, snapshot=args.snapshot).toArrow()
@@ -91,23 +80,6 @@ def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -
           f"{version}, mode {args.mode}) in {time.monotonic() - start:.1f} s")
     return EXIT_OK
 
-
-@contextmanager
-def _session(spark: SparkSession | None) -> Iterator[SparkSession]:
-    """``spark`` if given (left running), else a new session stopped at the end: under
-    spark-submit (which sets ``PYSPARK_GATEWAY_PORT``) with its master, else ``local[2]``."""
-    if spark is not None:
-        yield spark
-        return
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers need this env
-    builder = SparkSession.builder.appName("pyspark-kudu-export-delta").config(*DAEMON_CONF)
-    if "PYSPARK_GATEWAY_PORT" not in os.environ:
-        builder = builder.master("local[2]")
-    session = builder.getOrCreate()
-    try:
-        yield session
-    finally:
-        session.stop()
 
 
 if __name__ == "__main__":

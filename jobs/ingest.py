@@ -19,7 +19,6 @@ a key column missing from the source or holding nulls).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -35,7 +34,7 @@ from pyspark.sql.types import StructField, StructType
 from pyspark_kudu import HashDimension, KuduContext, PartitionSchema
 from pyspark_kudu.errors import InvalidArgumentError, KuduError, RowWriteError, UsageError
 from pyspark_kudu.spark.context import WriteProgress
-from pyspark_kudu.spark.daemon import DAEMON_CONF
+from pyspark_kudu.spark.jobsupport import add_context_args, job_session, open_context
 from pyspark_kudu.tools.cli_cluster import ksck_report
 from pyspark_kudu.tools.connect import RemoteSource
 
@@ -65,14 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--operation", choices=("insert", "upsert"), default="upsert",
                    help="Kudu write operation (default upsert, as kudu-spark); insert reports "
                         "rows whose key exists as per-row errors")
-    p.add_argument("--master", metavar="ADDRESSES",
-                   help="standalone masters host:port,...; default: a master embedded in this "
-                        "driver, keeping its catalog under --warehouse")
-    p.add_argument("--warehouse", metavar="DIR",
-                   help="embedded master's catalog and, in local mode, the virtual tablet "
-                        "servers' data (default: spark.kudu.warehouse, else ./kudu-warehouse)")
-    p.add_argument("--local-tablet-servers", type=int, default=3, metavar="N",
-                   help="virtual tablet servers in local[*] mode (default 3)")
+    add_context_args(p)
     p.add_argument("--ksck", action="store_true",
                    help="check the cluster after the write and print the ksck report")
     return p
@@ -92,9 +84,8 @@ def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -
         print("ingest.py: error: --create needs --keys COL[,COL...]", file=sys.stderr)
         return EXIT_USAGE
     try:
-        with _session(spark) as session, KuduContext(
-                session, args.master, warehouse=args.warehouse,
-                local_tablet_servers=args.local_tablet_servers) as kudu:
+        with (job_session("pyspark-kudu-ingest", spark) as session,
+              open_context(session, args) as kudu):
             return _ingest(args, keys, session, kudu)
     except UsageError as e:
         print(f"ingest.py: error: {e}", file=sys.stderr)
@@ -269,26 +260,6 @@ def _job_group(sc: SparkContext, description: str) -> Iterator[None]:
         for k, v in zip(keys, before, strict=True):
             sc.setLocalProperty(k, v)  # type: ignore[arg-type]  # None removes the property
 
-
-@contextmanager
-def _session(spark: SparkSession | None) -> Iterator[SparkSession]:
-    """``spark`` if given (left running), else a new session stopped at the end.
-
-    Under spark-submit the session takes spark-submit's master (spark-submit starts the JVM
-    and sets ``PYSPARK_GATEWAY_PORT``); run with plain ``python`` it is ``local[2]``.
-    """
-    if spark is not None:
-        yield spark
-        return
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers need this env
-    builder = SparkSession.builder.appName("pyspark-kudu-ingest").config(*DAEMON_CONF)
-    if "PYSPARK_GATEWAY_PORT" not in os.environ:
-        builder = builder.master("local[2]")
-    session = builder.getOrCreate()
-    try:
-        yield session
-    finally:
-        session.stop()
 
 
 if __name__ == "__main__":

@@ -15,16 +15,13 @@ Exit codes: 0 healthy and compliant; 1 anything needs attention (or the check fa
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 
 from pyspark.sql import SparkSession
 
-from pyspark_kudu import KuduContext
 from pyspark_kudu.errors import KuduError, UsageError
-from pyspark_kudu.spark.daemon import DAEMON_CONF
+from pyspark_kudu.spark.jobsupport import add_context_args, job_session, open_context
 from pyspark_kudu.tools.cli_cluster import ksck_report
 from pyspark_kudu.tools.connect import RemoteSource
 from pyspark_kudu.tools.tabular import FORMATS
@@ -36,14 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="ksck.py", description=(__doc__ or "").splitlines()[0],
         epilog="Exit codes: 0 healthy, 1 issues found or the check failed, 2 usage error.")
-    p.add_argument("--master", metavar="ADDRESSES",
-                   help="standalone masters host:port,...; default: the master embedded in "
-                        "this driver over --warehouse")
-    p.add_argument("--warehouse", metavar="DIR",
-                   help="embedded master's catalog and, in local mode, the virtual tablet "
-                        "servers' data (default: spark.kudu.warehouse, else ./kudu-warehouse)")
-    p.add_argument("--local-tablet-servers", type=int, default=3, metavar="N",
-                   help="virtual tablet servers in local[*] mode (default 3)")
+    add_context_args(p)
     p.add_argument("--format", choices=FORMATS, default="text",
                    help="text tables (default), json or json_pretty")
     return p
@@ -57,9 +47,8 @@ def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -
     except SystemExit as e:  # --help (0) or a usage error (2, already printed)
         return e.code if isinstance(e.code, int) else EXIT_USAGE
     try:
-        with _session(spark) as session, KuduContext(
-                session, args.master, warehouse=args.warehouse,
-                local_tablet_servers=args.local_tablet_servers) as kudu:
+        with (job_session("pyspark-kudu-ksck", spark) as session,
+              open_context(session, args) as kudu):
             ok, report = ksck_report(RemoteSource(kudu.master).state(masters=True),
                                      args.format)
     except UsageError as e:
@@ -71,23 +60,6 @@ def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -
     print(report)
     return EXIT_OK if ok else EXIT_FAILED
 
-
-@contextmanager
-def _session(spark: SparkSession | None) -> Iterator[SparkSession]:
-    """``spark`` if given (left running), else a new session stopped at the end: under
-    spark-submit (which sets ``PYSPARK_GATEWAY_PORT``) with its master, else ``local[2]``."""
-    if spark is not None:
-        yield spark
-        return
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers need this env
-    builder = SparkSession.builder.appName("pyspark-kudu-ksck").config(*DAEMON_CONF)
-    if "PYSPARK_GATEWAY_PORT" not in os.environ:
-        builder = builder.master("local[2]")
-    session = builder.getOrCreate()
-    try:
-        yield session
-    finally:
-        session.stop()
 
 
 if __name__ == "__main__":

@@ -19,16 +19,13 @@ failed); 2 usage error, including ``--no-report_only``.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 
 from pyspark.sql import SparkSession
 
-from pyspark_kudu import KuduContext
 from pyspark_kudu.errors import KuduError, UsageError
-from pyspark_kudu.spark.daemon import DAEMON_CONF
+from pyspark_kudu.spark.jobsupport import add_context_args, job_session, open_context
 from pyspark_kudu.tools.cli_cluster import rebalance_report
 from pyspark_kudu.tools.connect import RemoteSource
 from pyspark_kudu.tools.tabular import FORMATS
@@ -49,14 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the planner's random choices (default 0: the same catalog "
                         "gives the same plan)")
-    p.add_argument("--master", metavar="ADDRESSES",
-                   help="standalone masters host:port,...; default: the master embedded in "
-                        "this driver over --warehouse")
-    p.add_argument("--warehouse", metavar="DIR",
-                   help="embedded master's catalog and, in local mode, the virtual tablet "
-                        "servers' data (default: spark.kudu.warehouse, else ./kudu-warehouse)")
-    p.add_argument("--local-tablet-servers", type=int, default=3, metavar="N",
-                   help="virtual tablet servers in local[*] mode (default 3)")
+    add_context_args(p)
     p.add_argument("--format", choices=FORMATS, default="text",
                    help="text tables (default), json or json_pretty")
     return p
@@ -75,9 +65,8 @@ def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -
               "(the default) to see the plan", file=sys.stderr)
         return EXIT_USAGE
     try:
-        with _session(spark) as session, KuduContext(
-                session, args.master, warehouse=args.warehouse,
-                local_tablet_servers=args.local_tablet_servers) as kudu:
+        with (job_session("pyspark-kudu-rebalance", spark) as session,
+              open_context(session, args) as kudu):
             balanced, report = rebalance_report(
                 RemoteSource(kudu.master).state(), report_only=True, seed=args.seed,
                 max_moves=args.max_moves, fmt=args.format)
@@ -90,23 +79,6 @@ def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -
     print(report)
     return EXIT_OK if balanced else EXIT_FAILED
 
-
-@contextmanager
-def _session(spark: SparkSession | None) -> Iterator[SparkSession]:
-    """``spark`` if given (left running), else a new session stopped at the end: under
-    spark-submit (which sets ``PYSPARK_GATEWAY_PORT``) with its master, else ``local[2]``."""
-    if spark is not None:
-        yield spark
-        return
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers need this env
-    builder = SparkSession.builder.appName("pyspark-kudu-rebalance").config(*DAEMON_CONF)
-    if "PYSPARK_GATEWAY_PORT" not in os.environ:
-        builder = builder.master("local[2]")
-    session = builder.getOrCreate()
-    try:
-        yield session
-    finally:
-        session.stop()
 
 
 if __name__ == "__main__":

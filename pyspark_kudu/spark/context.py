@@ -512,6 +512,10 @@ class KuduContext:
             lead = self._leaders.get(tablet.tablet_id)
             if lead is not None and lead.node is not None:
                 ts, known = lead.leader_id, lead.node.commit_index
+            elif tablet.leader and tablet.leader not in unreachable and tablet.committed_index:
+                # The last leader any client reported, with its commit index: entries up to
+                # it are committed for good, so its log may be read that far.
+                ts, known = tablet.leader, tablet.committed_index
             else:
                 live = [r.ts_uuid for r in tablet.replicas if r.ts_uuid not in unreachable]
                 if not live:

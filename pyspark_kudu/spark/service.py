@@ -105,8 +105,13 @@ class ReplicationService:
                     while not self._queue and not self._closed:
                         self._cv.wait()
                     if not self._queue and self._closed:
-                        return
-                    batch, self._queue = self._queue, []
+                        batch = None
+                    else:
+                        batch, self._queue = self._queue, []
+            if batch is None and self._closed:
+                if unsettled:  # closing: replicas must still learn what committed
+                    self._settle(unsettled)
+                return
             if batch is None:
                 self._settle(unsettled)
                 unsettled = set()

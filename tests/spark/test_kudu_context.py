@@ -125,3 +125,17 @@ def test_deleting_a_table_removes_its_replicas_and_the_name_can_be_reused(
     assert not any(Path(r, "tablets", t).exists() for r in roots if r for t in tablets)
     kudu.create_table("gone", STRUCT, keys=["id"], replicas=3)
     assert kudu.read_table("gone").count() == 0
+
+
+def test_an_upsert_that_returned_is_visible_to_the_next_context(
+    spark: SparkSession, tmp_path: Path,
+) -> None:
+    wh = str(tmp_path / "shared-wh")
+    df = spark.createDataFrame([(i, f"v{i}") for i in range(30)], STRUCT)
+    with KuduContext(spark, warehouse=wh) as first:
+        first.create_table("u", STRUCT, keys=["id"],
+                           partitioning=PartitionSchema((HashDimension(("id",), 2),)))
+        assert first.upsert_rows(df, "u").rows_written == 30  # returned on commit
+    with KuduContext(spark, warehouse=wh) as second:  # leads nothing: reads what was reported
+        assert_df_equality(second.read_table("u").orderBy("id"), df.orderBy("id"),
+                           ignore_metadata=True)
