@@ -84,7 +84,7 @@ from pyspark_kudu.errors import (
 from pyspark_kudu.fileio import FileIO
 from pyspark_kudu.partitioning import Partitioner, PartitionSchema
 from pyspark_kudu.schema import Predicate, Schema
-from pyspark_kudu.spark.dataplane import remove_staging, stage_batches
+from pyspark_kudu.spark.dataplane import StagedRef, stage_batches
 from pyspark_kudu.spark.options import (
     ReadOptions,
     WriteOptions,
@@ -335,10 +335,17 @@ class _StagingWriter:
             else:
                 stage(counted(batches))
         except BaseException:
-            try:  # nothing of this task may linger; the commit or abort never sees it
-                remove_staging(p.staging_root, [wid])
-            except Exception as e:  # pragma: no cover - best effort on a failing task
-                _log.warning("could not remove staging %s on %s: %s", wid, current_host(), e)
+            # Remove only this task's own files: other tasks of the write may have staged in
+            # the same directory on this host, and their refs are still to be committed.
+            # Whatever is left goes when the commit or abort discards the write's staging.
+            for raw in refs:
+                ref = StagedRef.decode(raw)
+                if ref is not None:
+                    try:
+                        os.remove(os.path.join(local_data_root(ref.root), ref.path))
+                    except OSError as e:  # pragma: no cover - best effort on a failing task
+                        _log.warning("could not remove staged %s on %s: %s", ref.path,
+                                     current_host(), e)
             raise
         return KuduCommitMessage(wid, refs, bad, rows)
 
