@@ -7,18 +7,19 @@ never pass through the driver. The pieces:
 1. **Staging** (:func:`stage_batches`, run by ``mapInArrow`` where the DataFrame's partitions
    are): rows are routed to tablets and each tablet's rows are encoded as write batches of at
    most ``max_rows`` rows, written to ``<data root>/staging/<write id>/`` on that host. The
-   task returns one small :class:`StagedRef` per batch (host, path, size, CRC32C, rows).
+   task returns one small :class:`StagedRef` per batch (host, path, size, CRC32C, rows,
+   operation).
 2. **Proposal**: the driver proposes each ref as the *data of a Raft entry*. The leader's log
    in the driver therefore holds refs of a few hundred bytes, not rows.
-3. **Delivery** (:func:`shuffled_round`): a round whose requests carry ref entries is one job
-   of two stages. The map stage runs a task pinned to each staging host that reads the
-   staged files and emits ``(destination host, bytes)`` for every replica host that needs
-   them; Spark shuffles them. The barrier stage zips the pinned per-host requests with the
-   shuffle's partitions (one partition per destination host: the pinned side's location
-   decides where the task runs, see :func:`shuffled_round`), and each task substitutes the
-   delivered bytes for the refs (:func:`resolve_refs`, CRC checked) before the replica sees
-   them. So the WAL of every replica holds the real batch; a ref is never written to a log
-   (the replica refuses one, :func:`contains_ref`).
+3. **Delivery** (``SparkTransport._run_with_data`` in :mod:`~pyspark_kudu.spark.rounds`):
+   a round whose requests carry ref entries is one job of two stages. The map stage runs a
+   task pinned to each staging host that reads the staged files and emits
+   ``(destination host, bytes)`` for every replica host that needs them; Spark shuffles
+   them. The barrier stage zips the pinned per-host requests with the shuffle's partitions
+   (one partition per destination host: the pinned side's location decides where the task
+   runs), and each task substitutes the delivered bytes for the refs (:func:`resolve_refs`,
+   CRC checked) before the replica sees them. So the WAL of every replica holds the real
+   batch; a ref is never written to a log (the replica refuses one, :func:`contains_ref`).
 4. **Cleanup** (:func:`remove_staging`): once the write returned, a pinned job removes its
    staging directories. A follower that missed the batch is later caught up from the
    leader replica's log, not from staging: the leader replica answers ``READ_ENTRIES``
