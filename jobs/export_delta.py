@@ -27,7 +27,12 @@ from collections.abc import Sequence
 from pyspark.sql import SparkSession
 
 from pyspark_kudu.errors import KuduError, UsageError
-from pyspark_kudu.spark.jobsupport import add_context_args, job_session, open_context
+from pyspark_kudu.spark.jobsupport import (
+    add_context_args,
+    job_session,
+    open_context,
+    parse_job_args,
+)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -54,10 +59,9 @@ def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -
     from deltalake import DeltaTable, write_deltalake
     from deltalake.exceptions import DeltaError
 
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as e:  # --help (0) or a usage error (2, already printed)
-        return e.code if isinstance(e.code, int) else EXIT_USAGE
+    args = parse_job_args(build_parser(), argv)
+    if isinstance(args, int):
+        return args
     start = time.monotonic()
     try:
         with (job_session("pyspark-kudu-export-delta", spark) as session,

@@ -34,7 +34,12 @@ from pyspark.sql.types import StructField, StructType
 from pyspark_kudu import HashDimension, KuduContext, PartitionSchema
 from pyspark_kudu.errors import InvalidArgumentError, KuduError, RowWriteError, UsageError
 from pyspark_kudu.spark.context import WriteProgress
-from pyspark_kudu.spark.jobsupport import add_context_args, job_session, open_context
+from pyspark_kudu.spark.jobsupport import (
+    add_context_args,
+    job_session,
+    open_context,
+    parse_job_args,
+)
 from pyspark_kudu.tools.cli_cluster import ksck_report
 from pyspark_kudu.tools.connect import RemoteSource
 
@@ -74,10 +79,9 @@ def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -
     """Run the job; returns the exit code. ``spark`` is used and left running if given,
     else the job starts its own session and stops it at the end."""
     parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as e:  # --help (0) or a usage error (2, already printed)
-        return e.code if isinstance(e.code, int) else EXIT_USAGE
+    args = parse_job_args(parser, argv)
+    if isinstance(args, int):
+        return args
     keys = [k.strip() for k in (args.keys or "").split(",") if k.strip()]
     if args.create and not keys:
         parser.print_usage(sys.stderr)

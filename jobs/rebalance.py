@@ -25,7 +25,12 @@ from collections.abc import Sequence
 from pyspark.sql import SparkSession
 
 from pyspark_kudu.errors import KuduError, UsageError
-from pyspark_kudu.spark.jobsupport import add_context_args, job_session, open_context
+from pyspark_kudu.spark.jobsupport import (
+    add_context_args,
+    job_session,
+    open_context,
+    parse_job_args,
+)
 from pyspark_kudu.tools.cli_cluster import rebalance_report
 from pyspark_kudu.tools.connect import RemoteSource
 from pyspark_kudu.tools.tabular import FORMATS
@@ -55,10 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -> int:
     """Plan and print; returns the exit code. ``spark`` is used and left running if given,
     else the job starts its own session and stops it at the end."""
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as e:  # --help (0) or a usage error (2, already printed)
-        return e.code if isinstance(e.code, int) else EXIT_USAGE
+    args = parse_job_args(build_parser(), argv)
+    if isinstance(args, int):
+        return args
     if not args.report_only:
         print("rebalance.py: error: executing rebalancing moves is not available yet (a "
               "pinned tablet copy plus Raft config changes, issue 8); run with --report_only "

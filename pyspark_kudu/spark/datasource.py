@@ -164,10 +164,7 @@ class KuduDataSource(DataSource):
                 f"table {opts.table}: save mode 'overwrite' is not supported: Kudu tables are "
                 f"not truncated by a write (kudu-spark supports only 'append'); use "
                 f"mode('append') with kudu.operation=upsert, or delete the rows first")
-        client, info = self._describe(opts.table, opts.master)
-        check_write_columns(schema.names, info.schema, opts.table, opts.handle_schema_drift)
-        warn_repartition(opts)
-        return KuduWriter(_WritePlan.of(client.address, info, opts))
+        return KuduWriter(self._write_plan(schema, opts))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamArrowWriter:
         opts = parse_write_options(self.options)
@@ -183,11 +180,15 @@ class KuduDataSource(DataSource):
                 f"table {opts.table}: a streaming write needs a stable stream id to commit each "
                 f"micro-batch exactly once: set option checkpointLocation (its query id is "
                 f"used) or kudu.streamId")
+        return KuduStreamWriter(self._write_plan(schema, opts), opts.stream_id,
+                                None if checkpoint is None else str(checkpoint))
+
+    def _write_plan(self, schema: StructType, opts: WriteOptions) -> _WritePlan:
+        """What every writer task needs, once the DataFrame's columns fit the table."""
         client, info = self._describe(opts.table, opts.master)
         check_write_columns(schema.names, info.schema, opts.table, opts.handle_schema_drift)
         warn_repartition(opts)
-        return KuduStreamWriter(_WritePlan.of(client.address, info, opts),
-                                opts.stream_id, None if checkpoint is None else str(checkpoint))
+        return _WritePlan.of(client.address, info, opts)
 
 
 def bound_source(address: SessionAddress) -> type[KuduDataSource]:

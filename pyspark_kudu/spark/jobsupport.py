@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from pyspark.sql import SparkSession
@@ -19,7 +19,20 @@ from pyspark.sql import SparkSession
 from pyspark_kudu.spark.context import KuduContext
 from pyspark_kudu.spark.daemon import DAEMON_CONF
 
-__all__ = ["add_context_args", "job_session", "open_context"]
+__all__ = ["USAGE_EXIT", "add_context_args", "job_session", "open_context", "parse_job_args"]
+
+
+USAGE_EXIT = 2
+
+
+def parse_job_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None
+                   ) -> argparse.Namespace | int:
+    """The parsed arguments, or the exit code when parsing ended the job: ``--help`` (0) or
+    a usage error (2, already printed by argparse)."""
+    try:
+        return parser.parse_args(argv)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else USAGE_EXIT
 
 
 def add_context_args(p: argparse.ArgumentParser) -> None:

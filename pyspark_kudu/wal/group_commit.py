@@ -108,20 +108,15 @@ class GroupCommitter:
 
     def close(self) -> None:
         """Write and sync everything queued, close the open segment, stop the thread."""
-        with self._cond:
-            if self._closing:
-                return
-            self._closing = True
-            self._cond.notify_all()
-        self._thread.join()
-        if self._writer is not None:
-            writer, self._writer = self._writer, None
-            writer.finish()
+        self._stop(finish=True)
 
     def detach(self) -> None:
         """Stop the thread and close the open segment *without* truncating or syncing it:
         for a writer that may no longer be the segment's only one (another process may
         have appended since); the next opener's recovery treats the tail as usual."""
+        self._stop(finish=False)
+
+    def _stop(self, finish: bool) -> None:
         with self._cond:
             if self._closing:
                 return
@@ -130,7 +125,10 @@ class GroupCommitter:
         self._thread.join()
         if self._writer is not None:
             writer, self._writer = self._writer, None
-            writer.abandon()
+            if finish:
+                writer.finish()
+            else:
+                writer.abandon()
 
     # -- the sync thread -------------------------------------------------------------------
     def _run(self) -> None:

@@ -404,26 +404,19 @@ class Log:
     # -- lifecycle -----------------------------------------------------------------------
     def close(self) -> None:
         """Write and sync everything enqueued, truncate the active segment, stop. Idempotent."""
-        with self._lock:
-            if self._closing:
-                return
-            self._closing = True
-        try:
-            self._committer.close()
-        finally:
-            with self._lock:
-                for reader in self._readers.values():
-                    reader.close()
-                self._readers.clear()
+        self._stop(self._committer.close)
 
     def detach(self) -> None:
         """Close without touching the files (see ``GroupCommitter.detach``). Idempotent."""
+        self._stop(self._committer.detach)
+
+    def _stop(self, stop_committer: Callable[[], None]) -> None:
         with self._lock:
             if self._closing:
                 return
             self._closing = True
         try:
-            self._committer.detach()
+            stop_committer()
         finally:
             with self._lock:
                 for reader in self._readers.values():

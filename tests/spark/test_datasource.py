@@ -42,7 +42,7 @@ from pyspark_kudu.errors import InvalidArgumentError, ServiceUnavailableError
 from pyspark_kudu.partitioning import HashDimension, PartitionSchema, RangePartition
 from pyspark_kudu.spark.context import KuduContext
 from pyspark_kudu.spark.datasource import KuduDataSource
-from pyspark_kudu.spark.session import SessionAddress, SessionClient, SessionService, register
+from pyspark_kudu.spark.session import SessionAddress, SessionClient, SessionService
 
 STRUCT = StructType([StructField("id", LongType(), False), StructField("v", StringType(), True)])
 HASH3 = PartitionSchema((HashDimension(("id",), 3),))
@@ -52,13 +52,7 @@ HASH3 = PartitionSchema((HashDimension(("id",), 3),))
 def kudu(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
          ) -> Iterator[tuple[KuduContext, SessionService]]:
     with KuduContext(spark, warehouse=str(tmp_path_factory.mktemp("ds") / "wh")) as ctx:
-        own = getattr(ctx, "session_service", None)  # once KuduContext registers by itself
-        service = own if isinstance(own, SessionService) else register(ctx)
-        try:
-            yield ctx, service
-        finally:
-            if service is not own:
-                service.close()
+        yield ctx, ctx.session_service  # the context registers the data source itself
 
 
 @pytest.fixture

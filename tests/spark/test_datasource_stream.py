@@ -22,7 +22,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from pyspark_kudu.partitioning import HashDimension, Partitioner, PartitionSchema
 from pyspark_kudu.spark.context import KuduContext
 from pyspark_kudu.spark.dataplane import stage_batches
-from pyspark_kudu.spark.session import SessionClient, SessionService, register
+from pyspark_kudu.spark.session import SessionClient, SessionService
 from pyspark_kudu.tablet import OpType
 
 STRUCT = StructType([StructField("id", LongType(), False), StructField("v", StringType(), True)])
@@ -33,13 +33,7 @@ ARROW = pa.schema([pa.field("id", pa.int64()), pa.field("v", pa.string())])
 def kudu(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
          ) -> Iterator[tuple[KuduContext, SessionService]]:
     with KuduContext(spark, warehouse=str(tmp_path_factory.mktemp("st") / "wh")) as ctx:
-        own = getattr(ctx, "session_service", None)  # once KuduContext registers by itself
-        service = own if isinstance(own, SessionService) else register(ctx)
-        try:
-            yield ctx, service
-        finally:
-            if service is not own:
-                service.close()
+        yield ctx, ctx.session_service  # the context registers the data source itself
 
 
 def add_file(directory: Path, name: str, ids: range) -> None:
