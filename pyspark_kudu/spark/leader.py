@@ -23,6 +23,17 @@ Rules:
   copies the missing entries from L (``READ_ENTRIES`` on L's host answers with refs to its
   log entries; the AppendEntries to the follower carries the refs and the round's shuffle
   moves the bytes from L's host to the follower's), then reports the "snapshot" done.
+- **Tablet copy**: a follower that has nothing yet (a replica just added) or whose missing
+  entries the leader replica's WAL no longer holds gets a tablet copy of the leader replica
+  instead (:mod:`pyspark_kudu.spark.tabletcopy`: ``COPY_OUT`` on L's host, the parts shuffled
+  to the follower's host, ``INSTALL_COPY`` there), then the entries after the copy.
+- **Membership** (Raft config change seed): one change at a time, each committed and applied
+  before the next. :meth:`TabletLeader.add_replica` creates an empty replica, adds it as a
+  NON_VOTER (it cannot affect commit while it catches up), copies the tablet to it and
+  promotes it once its log matches the commit index; :meth:`TabletLeader.remove_replica`
+  evicts one. Replacing a replica is add-then-remove (3-4-3). A replica id is its tablet
+  server's UUID: a server evicted from a tablet may only come back as a NON_VOTER after its
+  old replica was deleted, so a voter never forgets a log it acknowledged (raft.py rule 6).
 - **Fencing**: a newer leader (another client) has a higher term; replicas refuse the old
   one and the old ``RaftNode`` steps down on the first response carrying the newer term.
   Every call then fails with :class:`FencedError`; nothing it did not see committed is
@@ -35,11 +46,15 @@ concurrent writes into shared rounds above this layer).
 from __future__ import annotations
 
 import random
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 from pyspark_kudu.consensus.messages import (
+    ConfChange,
+    ConfChangeType,
+    ConfState,
     Message,
     MessageType,
     Snapshot,
@@ -72,6 +87,8 @@ _MAX_ROUND_ATTEMPTS = 3
 _MAX_ROUNDS = 8
 _MAX_CATCH_UP_STEPS = 16
 _TRIM_BATCH = 64  # compact the driver's log mirror in steps of at least this many entries
+_COPY_PARTS_PER_ROUND = 4  # tablet copy parts (<= 64 MiB each) one install round delivers
+_CATCH_UP_ROUNDS = 24  # rounds a new replica gets to match the commit index before promotion
 
 
 class FencedError(AbortedError):
@@ -125,6 +142,8 @@ class TabletLeader:
         # Per-row outcomes reported by replicas as they apply committed entries (identical on
         # every replica: application is deterministic), until a writer takes them.
         self._results: dict[int, WriteResult] = {}
+        self.copies = 0  # tablet copies this leader made
+        self.config_index = 0  # log index of the last configuration change it applied
 
     # -- lifecycle ---------------------------------------------------------------------------
     def create(self, schema_json: str = "") -> None:
@@ -314,10 +333,14 @@ class TabletLeader:
                 f"tablet {self.tablet.tablet_id}: this client is not the leader; call elect()"))
         return self.node
 
-    def _run_one(self, ts: str, req: PeerRequest) -> PeerResponse:
+    def _run_one(self, ts: str, req: PeerRequest, allow_error: str = "") -> PeerResponse:
+        """One request on one tablet server (retried if its task fails). A refused request
+        raises, unless its error starts with ``allow_error``: then it is returned."""
         for _ in range(_MAX_ROUND_ATTEMPTS):
             out = self._transport.run({ts: [req]}).get(ts)
             if out is not None:
+                if allow_error and not out[0].ok and out[0].error.startswith(allow_error):
+                    return out[0]
                 if not out[0].ok:
                     raise RoundFailedError(
                         f"tablet {req.tablet_id}: {req.kind.value} on replica {ts} failed: "
@@ -328,17 +351,118 @@ class TabletLeader:
             f"after {_MAX_ROUND_ATTEMPTS} attempts")
 
     def _catch_up(self, follower: str) -> None:
-        """Copy the entries a lagging follower misses from the leader replica's log."""
+        """Bring a lagging follower up to the driver's log mirror: entries copied from the
+        leader replica's log, or a tablet copy when it has nothing yet or L's WAL no longer
+        holds what it misses (module rules)."""
         node = self._leader()
         match, nxt = node.status().progress.get(follower, (0, 1))
         lo = max(match + 1, nxt, 1)
         hi = node.log.first_index()  # the driver's view holds everything from here on
         ok = False
         try:
-            ok = self._copy_entries(follower, lo, hi)
+            # A follower with nothing gets a copy (as in Kudu) unless L has no tablet to
+            # copy (a consensus-only replica): then its whole log.
+            outcome = "compacted" if match == 0 else self._copy_entries(follower, lo, hi)
+            if outcome == "compacted":
+                copied = self._copy_tablet(follower)
+                if copied < 0:
+                    outcome = self._copy_entries(follower, lo, hi)
+                    ok = outcome == "ok"
+                else:
+                    ok = copied >= hi - 1 or (
+                        copied > 0 and self._copy_entries(follower, copied + 1, hi) == "ok")
+            else:
+                ok = outcome == "ok"
         except RoundFailedError:
             ok = False  # the follower stays behind; the next round tries again
         node.report_snapshot(follower, ok)
+
+    def _copy_tablet(self, follower: str) -> int:
+        """Tablet copy from L to ``follower``; returns the index the copy stands for (0 if
+        the install did not complete, -1 if L has no tablet: a consensus-only replica)."""
+        copy_id = uuid.uuid4().hex
+        out = self._run_one(self.leader_id, PeerRequest(
+            RequestKind.COPY_OUT, self.tablet.tablet_id, self.leader_id, copy_id=copy_id),
+            allow_error="IllegalStateError")
+        if not out.ok:
+            return -1
+        assert out.state is not None
+        snap = SnapshotMetadata(out.last_index, out.prev_term, out.state.conf_state)
+        parts = out.entries
+        try:
+            installed = False
+            for k in range(0, len(parts), _COPY_PARTS_PER_ROUND):
+                resp = self._run_one(follower, PeerRequest(
+                    RequestKind.INSTALL_COPY, self.tablet.tablet_id, follower,
+                    entries=parts[k:k + _COPY_PARTS_PER_ROUND], lo=k, hi=len(parts),
+                    copy_id=copy_id, snapshot=snap))
+                installed = resp.installed
+        finally:
+            try:
+                self._run_one(self.leader_id, PeerRequest(
+                    RequestKind.DROP_COPY, self.tablet.tablet_id, self.leader_id,
+                    copy_id=copy_id))
+            except RoundFailedError:
+                pass  # staging of a lost host goes with it; a live one is swept later
+        self.copies += 1
+        return snap.index if installed else 0
+
+    # -- membership --------------------------------------------------------------------------
+    def conf_state(self) -> ConfState:
+        return self._leader().conf_state
+
+    def change_config(self, cc: ConfChange) -> int:
+        """Propose one membership change and run rounds until it is committed and applied
+        (the next change may only be proposed then). Returns the change's log index."""
+        node = self._leader()
+        self.flush()  # a change still pending must be applied first
+        node.propose_conf_change(cc)
+        index = node.log.last_index()
+        for _ in range(_MAX_ROUNDS):
+            self.flush()
+            if node.log.applied >= index:
+                self.config_index = index
+                return index
+            node.broadcast_heartbeat()
+        raise RoundFailedError(
+            f"tablet {self.tablet.tablet_id}: configuration change {cc.type.value} "
+            f"{cc.node_id} (index {index}) did not commit (commit index {node.commit_index})")
+
+    def add_replica(self, ts: str, promote: bool = True) -> None:
+        """Add ``ts`` as a NON_VOTER, copy the tablet to it, and (``promote``) make it a
+        voter once its log matches the commit index. Idempotent: resumes a half-done add."""
+        node = self._leader()
+        cs = node.conf_state
+        if ts in cs.voters:
+            return
+        if ts not in cs.learners:
+            self._run_one(ts, PeerRequest(RequestKind.CREATE, self.tablet.tablet_id, ts))
+            self.change_config(ConfChange(ConfChangeType.ADD_LEARNER, ts))
+        for _ in range(_CATCH_UP_ROUNDS):
+            match = node.status().progress.get(ts, (0, 0))[0]
+            if match >= node.commit_index:
+                break
+            node.broadcast_heartbeat()
+            self.flush()
+        else:
+            raise RoundFailedError(
+                f"tablet {self.tablet.tablet_id}: new replica {ts} did not catch up "
+                f"(match {node.status().progress.get(ts, (0, 0))[0]}, commit "
+                f"{node.commit_index})")
+        if promote:
+            self.change_config(ConfChange(ConfChangeType.ADD_VOTER, ts))
+
+    def remove_replica(self, ts: str) -> None:
+        """Evict ``ts`` from the configuration (its files are deleted when its server next
+        reports it, see :mod:`pyspark_kudu.master.redrive`)."""
+        node = self._leader()
+        if ts == self.leader_id:
+            raise IllegalStateError(
+                f"tablet {self.tablet.tablet_id}: {ts} is the leader replica; elect another "
+                f"voter before evicting it")
+        cs = node.conf_state
+        if ts in cs.voters or ts in cs.learners:
+            self.change_config(ConfChange(ConfChangeType.REMOVE, ts))
 
     def release(self, upto: int) -> None:
         """Entries up to ``upto`` must no longer be sent from the driver: their data may be
@@ -378,12 +502,18 @@ class TabletLeader:
         self._view.create_snapshot(floor, node.conf_state)
         self._view.compact(floor)
 
-    def _copy_entries(self, follower: str, lo: int, hi: int) -> bool:
+    def _copy_entries(self, follower: str, lo: int, hi: int) -> str:
+        """Copy L's log entries ``[lo, hi)`` to ``follower``: "ok", "failed", or
+        "compacted" (L's WAL no longer holds ``lo``: a tablet copy is needed)."""
         node = self._leader()
         for _ in range(_MAX_CATCH_UP_STEPS):
+            if lo >= hi:
+                return "ok"
             src = self._run_one(self.leader_id, PeerRequest(
                 RequestKind.READ_ENTRIES, self.tablet.tablet_id, self.leader_id, lo=lo, hi=hi,
-                as_refs=True))
+                as_refs=True), allow_error="CompactedError")
+            if not src.ok:
+                return "compacted"
             app = Message(MessageType.APP, to=follower, frm=self.leader_id, term=node.term,
                           index=lo - 1, log_term=src.prev_term, entries=src.entries,
                           commit=node.commit_index)
@@ -393,11 +523,11 @@ class TabletLeader:
             if acks and not acks[-1].reject:
                 for m in resp.messages:
                     node.step(m)
-                return True
+                return "ok"
             if not acks:
-                return False
+                return "failed"
             lo = max(min(acks[-1].reject_hint + 1, lo - 1), 1)
-        return False
+        return "failed"
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,12 @@ STEP           Raft messages to a follower (AppendEntries, heartbeats, RequestVo
 READ_ENTRIES   log entries ``[lo, hi)`` and the term at ``lo - 1``, for catching a lagging
                follower up from a healthy replica; with ``as_refs`` large entries come back
                as refs to this replica's log, delivered to the follower by shuffle.
+COPY_OUT       stage a tablet copy of this replica (:mod:`~pyspark_kudu.spark.tabletcopy`):
+               answers refs to its parts (``entries``), the applied index it stands for
+               (``last_index``), that index's term (``prev_term``) and configuration.
+INSTALL_COPY   store delivered copy parts ``[lo, lo + len(entries))`` of ``hi``; the request
+               that completes the set installs the copy (``installed``) as a Raft snapshot.
+DROP_COPY      remove the staged parts of copy ``copy_id`` on this host.
 =============  ==============================================================================
 
 Where a replica's configuration is applied: a follower applies configuration entries when
@@ -60,14 +66,22 @@ from pyspark_kudu.consensus.messages import (
     EntryType,
     HardState,
     Message,
+    SnapshotMetadata,
 )
 from pyspark_kudu.consensus.raft import Config, RaftNode
 from pyspark_kudu.consensus.storage import bootstrap
-from pyspark_kudu.errors import CompactedError, KuduError, NotFoundError
+from pyspark_kudu.errors import CompactedError, InvalidArgumentError, KuduError, NotFoundError
 from pyspark_kudu.fileio import FileIO
 from pyspark_kudu.schema import Predicate, Schema
-from pyspark_kudu.spark.dataplane import WAL_REF_MIN_BYTES, contains_ref, resolve_refs, wal_ref
+from pyspark_kudu.spark.dataplane import (
+    WAL_REF_MIN_BYTES,
+    contains_ref,
+    remove_staging,
+    resolve_refs,
+    wal_ref,
+)
 from pyspark_kudu.spark.replicas import ReplicaHandle, open_replica
+from pyspark_kudu.spark.tabletcopy import copy_out, install_copy, part_refs
 from pyspark_kudu.spark.tabletlog import WalCommittedLog
 from pyspark_kudu.tablet import Tablet, WriteResult
 from pyspark_kudu.tablet.superblock import SUPERBLOCK_FILE
@@ -98,6 +112,9 @@ class RequestKind(enum.Enum):
     PERSIST = "persist"
     STEP = "step"
     READ_ENTRIES = "read_entries"
+    COPY_OUT = "copy_out"
+    INSTALL_COPY = "install_copy"
+    DROP_COPY = "drop_copy"
 
 
 @dataclass(frozen=True)
@@ -114,6 +131,8 @@ class PeerRequest:
     hi: int = 0
     schema_json: str = ""
     as_refs: bool = False  # READ_ENTRIES: large entries as refs to this replica's log
+    copy_id: str = ""  # COPY_OUT / INSTALL_COPY
+    snapshot: SnapshotMetadata | None = None  # INSTALL_COPY: the Raft position of the copy
 
 
 @dataclass(frozen=True)
@@ -143,6 +162,7 @@ class PeerResponse:
     last_index: int = 0
     applied: tuple[int, ...] = field(default=())
     results: tuple[WriteResult, ...] = ()
+    installed: bool = False
 
 
 class _TabletSink:
@@ -159,7 +179,7 @@ class _TabletSink:
                  applied_before: int) -> None:
         self._root = root
         self._tablet_id = tablet_id
-        self._handle = handle
+        self.handle = handle
         self._applied_before = applied_before
         self._has_tablet = tablet_dir(root, tablet_id).exists(SUPERBLOCK_FILE)
         self.results: list[WriteResult] = []
@@ -168,7 +188,7 @@ class _TabletSink:
         writes = [e for e in entries if e.type == EntryType.NORMAL and e.data]
         if not self._has_tablet or not entries:
             return
-        h = self._handle
+        h = self.handle
         if h.tablet is None:
             if not writes:
                 return
@@ -311,7 +331,8 @@ def _state(storage: WalStorage, applied: int) -> ReplicaState:
 def _handle_one(
     root: str, req: PeerRequest, host: str, options: WalOptions | None,
 ) -> PeerResponse:
-    mutate = req.kind not in (RequestKind.READ_STATE, RequestKind.READ_ENTRIES)
+    mutate = req.kind not in (RequestKind.READ_STATE, RequestKind.READ_ENTRIES,
+                              RequestKind.DROP_COPY)
     io = tablet_dir(root, req.tablet_id)
     _require_replica(io, req.tablet_id, create=req.kind == RequestKind.CREATE)
     with open_replica(root, io, req.tablet_id, options, mutate) as handle:
@@ -350,6 +371,23 @@ def _dispatch(
                 ents = [replace(e, data=wal_ref(host, root, req.tablet_id, e).encode())
                         if len(e.data) >= WAL_REF_MIN_BYTES else e for e in ents]
             return _ok(req, host, entries=tuple(ents), prev_term=prev_term)
+        case RequestKind.COPY_OUT:
+            out = copy_out(root, host, req.tablet_id, applier.handle, applied, req.copy_id)
+            return _ok(req, host, entries=part_refs(out.parts), last_index=out.index,
+                       prev_term=out.term,
+                       state=replace(_state(storage, applied), conf_state=out.conf_state,
+                                     tail=()))
+        case RequestKind.INSTALL_COPY:
+            if req.snapshot is None:
+                raise InvalidArgumentError("INSTALL_COPY needs the copy's snapshot position")
+            done = install_copy(root, req.tablet_id, applier.handle, req.copy_id, req.entries,
+                                req.lo, req.hi, req.snapshot)
+            if done:
+                _write_applied(io, req.snapshot.index)
+            return _ok(req, host, installed=done, last_index=storage.last_index())
+        case RequestKind.DROP_COPY:
+            remove_staging(root, [f"copy-{req.copy_id}"])
+            return _ok(req, host)
     raise AssertionError(f"unhandled request kind {req.kind}")  # pragma: no cover
 
 

@@ -1,0 +1,198 @@
+"""Tablet copy between tablet servers: pinned read, Spark shuffle, pinned write (DESIGN §3).
+
+A replica that is new (re-replication adds it empty) or that lags behind what the leader
+replica's WAL still holds cannot be caught up entry by entry; it receives a *tablet copy*
+(:mod:`pyspark_kudu.tablet.copy`) of a healthy replica instead, as in Kudu:
+
+1. ``COPY_OUT`` runs on the source replica's host, under the replica's lock. It pins the
+   source tablet's consistent state (superblock, rowset files, log records after its flush)
+   and writes the copy stream to ``<root>/staging/copy-<id>/part-<n>`` files of at most
+   ``PART_BYTES`` each (whole chunks per part, each chunk length-prefixed). It answers with
+   one ref per part (:class:`~pyspark_kudu.spark.dataplane.StagedRef`) and the Raft position
+   the copy stands for: the source's *applied* index ``A``, its term, and the configuration
+   as of ``A`` (configuration entries are applied with everything else, so the replica's
+   durable configuration is the one at its applied index).
+2. ``INSTALL_COPY`` runs on the target's host. Its entries carry the part refs, so the
+   round's shuffle moves the parts from the source's host (exactly as write batches move);
+   the target stores each delivered part under ``<tablet>/copy-in/<id>/``. Several rounds
+   may each bring some parts (bounded memory); the request that completes the set installs:
+
+   - the target's tablet files are removed (a lagging replica being re-copied) and the
+     stream installed (:func:`~pyspark_kudu.tablet.copy.install_tablet_copy`: superblock
+     last, so an interrupted install is recognisably incomplete);
+   - the installed tablet is opened over the copied log records, marked applied up to ``A``
+     (the entries between the copied tablet's last write and ``A`` carry no rows) and flushed,
+     so its superblock says "flushed at ``A``" and it needs no log before ``A + 1``;
+   - the WAL is replaced by a Raft snapshot at ``(A, term)`` with the copied configuration;
+     the replica's own term and vote are kept (a voter must never forget a vote), its commit
+     index becomes at least ``A``;
+   - ``applied`` is set to ``A`` and the part files removed.
+
+The copy stands for a committed prefix of the source (only applied, hence committed, state is
+copied), so installing it on any replica is safe: Raft's InstallSnapshot.
+
+Thread-safety: each function runs inside one pinned request holding the replica's lock.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+from collections.abc import Iterator, Sequence
+
+import google_crc32c
+
+from pyspark_kudu.consensus.messages import (
+    ConfState,
+    Entry,
+    EntryType,
+    HardState,
+    Snapshot,
+    SnapshotMetadata,
+)
+from pyspark_kudu.errors import CorruptionError, IllegalStateError, InvalidArgumentError
+from pyspark_kudu.fileio import FileIO
+from pyspark_kudu.spark.dataplane import STAGING_DIR, StagedRef
+from pyspark_kudu.spark.replicas import ReplicaHandle
+from pyspark_kudu.spark.tabletlog import WalCommittedLog
+from pyspark_kudu.tablet import Tablet
+from pyspark_kudu.tablet.copy import CopyChunk, TabletCopySource, install_tablet_copy
+from pyspark_kudu.tablet.log import MemoryLog
+from pyspark_kudu.tablet.superblock import SUPERBLOCK_FILE
+
+__all__ = ["PART_BYTES", "CopyOut", "copy_out", "install_copy", "part_refs"]
+
+PART_BYTES = 64 << 20
+_LEN = struct.Struct(">I")
+_COPY_IN = "copy-in"
+
+
+class CopyOut:
+    """What ``COPY_OUT`` answers: the parts' refs and the Raft position of the copy."""
+
+    __slots__ = ("conf_state", "index", "parts", "term")
+
+    def __init__(self, parts: Sequence[StagedRef], index: int, term: int,
+                 conf_state: ConfState) -> None:
+        self.parts = tuple(parts)
+        self.index = index
+        self.term = term
+        self.conf_state = conf_state
+
+
+def _check_id(copy_id: str) -> None:
+    if not copy_id or os.sep in copy_id or copy_id in (".", "..") or "\0" in copy_id:
+        raise InvalidArgumentError(f"bad tablet copy id {copy_id!r}")
+
+
+def copy_out(root: str, host: str, tablet_id: str, handle: ReplicaHandle, applied: int,
+             copy_id: str, part_bytes: int = PART_BYTES) -> CopyOut:
+    """Source side (see module step 1). ``root`` is this host's data root, ``handle`` the
+    replica held locked by the request."""
+    _check_id(copy_id)
+    if not handle.io.exists(SUPERBLOCK_FILE):
+        raise IllegalStateError(
+            f"tablet {tablet_id} on {host} has no tablet (a consensus-only replica); it "
+            f"cannot be the source of a tablet copy")
+    storage = handle.storage
+    if handle.tablet is None:
+        handle.tablet_log = WalCommittedLog(storage, upto=applied)
+        handle.tablet = Tablet.open(root, tablet_id, log=handle.tablet_log)
+    _, conf = storage.initial_state()
+    term = storage.term(applied) if applied > 0 else 0
+    rel_dir = os.path.join(STAGING_DIR, f"copy-{copy_id}")
+    out_dir = os.path.join(root, rel_dir)
+    os.makedirs(out_dir, exist_ok=True)
+    parts: list[StagedRef] = []
+    current: list[bytes] = []
+    size = 0
+
+    def flush_part() -> None:
+        nonlocal current, size
+        data = b"".join(current)
+        name = f"part-{len(parts):06d}"
+        with open(os.path.join(out_dir, name), "wb") as f:
+            f.write(data)
+        parts.append(StagedRef(host, root, os.path.join(rel_dir, name), len(data),
+                               google_crc32c.value(data), 0, -1))
+        current, size = [], 0
+
+    with TabletCopySource(handle.tablet) as src:
+        for chunk in src.chunks():
+            raw = chunk.to_bytes()
+            framed = _LEN.pack(len(raw)) + raw
+            if current and size + len(framed) > part_bytes:
+                flush_part()
+            current.append(framed)
+            size += len(framed)
+    flush_part()
+    return CopyOut(parts, applied, term, conf)
+
+
+def part_refs(parts: Sequence[StagedRef]) -> tuple[Entry, ...]:
+    """The parts as the entries of an ``INSTALL_COPY`` request (refs until delivered)."""
+    return tuple(Entry(0, k + 1, EntryType.NORMAL, p.encode()) for k, p in enumerate(parts))
+
+
+def _chunks(paths: Sequence[str]) -> Iterator[CopyChunk]:
+    for path in paths:
+        with open(path, "rb") as f:
+            data = f.read()
+        off = 0
+        while off < len(data):
+            (n,) = _LEN.unpack_from(data, off)
+            off += _LEN.size
+            if off + n > len(data):
+                raise CorruptionError(f"tablet copy part {path} ends inside a chunk")
+            yield CopyChunk.from_bytes(data[off:off + n])
+            off += n
+
+
+def install_copy(root: str, tablet_id: str, handle: ReplicaHandle, copy_id: str,
+                 parts: Sequence[Entry], first_part: int, total_parts: int,
+                 snapshot: SnapshotMetadata) -> bool:
+    """Target side (see module step 2). ``parts`` are delivered part bytes numbered from
+    ``first_part``; returns True once the copy is installed (all ``total_parts`` here)."""
+    _check_id(copy_id)
+    io: FileIO = handle.io
+    storage = handle.storage
+    if storage.first_index() - 1 >= snapshot.index or storage.initial_state()[0].commit > \
+            snapshot.index:
+        raise IllegalStateError(
+            f"tablet {tablet_id}: this replica is already at or past index {snapshot.index} "
+            f"(log starts after {storage.first_index() - 1}); a copy would take it back")
+    in_dir = io.local_path(_COPY_IN, copy_id)
+    os.makedirs(in_dir, exist_ok=True)
+    for k, e in enumerate(parts):
+        path = os.path.join(in_dir, f"part-{first_part + k:06d}")
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(e.data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    paths = [os.path.join(in_dir, f"part-{n:06d}") for n in range(total_parts)]
+    if not all(os.path.exists(p) for p in paths):
+        return False
+    # Everything is here: replace the replica's tablet by the copy.
+    if handle.tablet is not None:
+        handle.tablet.close()
+        handle.tablet, handle.tablet_log = None, None
+    for name in (SUPERBLOCK_FILE,):
+        if io.exists(name):
+            os.remove(io.local_path(name))
+    shutil.rmtree(io.local_path("rowsets"), ignore_errors=True)
+    log = MemoryLog()
+    install_tablet_copy(root, _chunks(paths), log_sink=log.append)
+    tablet = Tablet.open(root, tablet_id, log=log)
+    try:
+        tablet.apply(snapshot.index, b"")  # no rows between the copy's last write and A
+        tablet.flush()
+    finally:
+        tablet.close()
+    hs, _ = storage.initial_state()
+    storage.apply_snapshot(Snapshot(snapshot))
+    storage.set_hard_state(HardState(hs.term, hs.vote, snapshot.index))
+    shutil.rmtree(io.local_path(_COPY_IN), ignore_errors=True)
+    return True

@@ -1,0 +1,147 @@
+"""Membership changes and tablet copy (Raft config change seed; DESIGN §3), in one process.
+
+Replacing a replica is add-then-remove (3-4-3): the new replica joins as a NON_VOTER, gets a
+tablet copy of the leader replica, is promoted once caught up, and the old one is evicted. A
+follower whose missing entries the leader's WAL no longer holds gets a tablet copy too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from pyspark_kudu.consensus.messages import ConfChange, ConfChangeType
+from pyspark_kudu.errors import IllegalStateError, ProposalDroppedError
+from pyspark_kudu.schema import ColumnSchema, Schema
+from pyspark_kudu.spark.leader import RoundFailedError, TabletLeader, TabletReplicas
+from pyspark_kudu.spark.peer import replica_storage
+from pyspark_kudu.spark.tabletlog import WalCommittedLog
+from pyspark_kudu.spark.transport import DirectTransport
+from pyspark_kudu.tablet import OpType, Tablet, encode_write_batch
+from pyspark_kudu.wal import SyncPolicy, WalOptions
+
+OPTS = WalOptions(segment_size=64 << 10, sync_policy=SyncPolicy.FDATASYNC, preallocate=False)
+TS = ("ts-a", "ts-b", "ts-c")
+SCHEMA = Schema((ColumnSchema("id", "int64", nullable=False), ColumnSchema("v", "string")),
+                ("id",))
+
+
+def _batch(lo: int, n: int, tag: str = "v") -> bytes:
+    return encode_write_batch(SCHEMA, OpType.UPSERT, pa.table({
+        "id": list(range(lo, lo + n)), "v": [f"{tag}{i}" for i in range(lo, lo + n)]}))
+
+
+def _rows(root: str) -> list[tuple[int, str]]:
+    with replica_storage(root, "t", OPTS) as st:
+        t = Tablet.open(root, "t", log=WalCommittedLog(st))
+        try:
+            return sorted((r["id"], r["v"]) for r in t.scan_table().to_pylist())
+        finally:
+            t.close()
+
+
+def _first_index(root: str) -> int:
+    with replica_storage(root, "t", OPTS) as st:
+        return st.first_index()
+
+
+def _setup(tmp_path: Path, servers: tuple[str, ...] = (*TS, "ts-d")
+           ) -> tuple[DirectTransport, TabletLeader]:
+    transport = DirectTransport({ts: str(tmp_path / ts) for ts in servers}, OPTS)
+    tablet = TabletReplicas("t", TS)
+    TabletLeader(tablet, "ts-a", transport).create(SCHEMA.to_json())
+    lead = TabletLeader(tablet, "ts-a", transport)
+    lead.elect()
+    return transport, lead
+
+
+def test_replace_a_replica_3_4_3_copies_the_tablet_and_keeps_every_row(tmp_path: Path) -> None:
+    transport, lead = _setup(tmp_path)
+    for k in range(5):
+        lead.propose([_batch(k * 100, 100)])
+    lead.heartbeat()
+
+    lead.add_replica("ts-d")
+    cs = lead.conf_state()
+    assert set(cs.voters) == {"ts-a", "ts-b", "ts-c", "ts-d"} and not cs.learners
+    assert lead.copies == 1, "the new replica must get a tablet copy, not the whole log"
+    # The copy is a Raft snapshot: the new replica's log starts after it.
+    assert _first_index(transport.roots["ts-d"]) > 1
+
+    lead.remove_replica("ts-c")
+    assert set(lead.conf_state().voters) == {"ts-a", "ts-b", "ts-d"}
+    lead.propose([_batch(1000, 10, "w")])
+    lead.heartbeat()
+    want = _rows(transport.roots["ts-a"])
+    assert len(want) == 510
+    assert _rows(transport.roots["ts-d"]) == want
+    assert _rows(transport.roots["ts-b"]) == want
+    # The evicted replica no longer counts: a and c are not a majority of {a, b, d}...
+    transport.down = {"ts-b", "ts-d"}
+    with pytest.raises(RoundFailedError, match="majority"):
+        lead.propose([_batch(2000, 1)])
+    # ...while a and d are.
+    transport.down = {"ts-b", "ts-c"}
+    lead.elect()
+    (pos,) = lead.propose([_batch(3000, 1)])
+    assert lead.committed(pos[0])
+
+
+def test_new_voters_count_only_after_promotion(tmp_path: Path) -> None:
+    """While the new replica is a NON_VOTER, the old majority still decides commit."""
+    transport, lead = _setup(tmp_path)
+    lead.propose([_batch(0, 10)])
+    lead.add_replica("ts-d", promote=False)
+    cs = lead.conf_state()
+    assert "ts-d" in cs.learners and "ts-d" not in cs.voters
+    transport.down = {"ts-d"}
+    (pos,) = lead.propose([_batch(10, 10)])  # 2 of the 3 voters suffice: d does not count
+    assert lead.committed(pos[0])
+    transport.down = set()
+    lead.add_replica("ts-d")  # resumes: catches up and promotes
+    assert "ts-d" in lead.conf_state().voters
+    lead.heartbeat()
+    assert _rows(transport.roots["ts-d"]) == _rows(transport.roots["ts-a"])
+
+
+def test_one_change_at_a_time_and_the_leader_is_not_evicted_by_itself(tmp_path: Path) -> None:
+    _, lead = _setup(tmp_path)
+    node = lead.node
+    assert node is not None
+    node.propose_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, "ts-d"))
+    with pytest.raises(ProposalDroppedError, match="pending"):
+        node.propose_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, "ts-e"))
+    with pytest.raises(IllegalStateError, match="leader replica"):
+        lead.remove_replica("ts-a")
+
+
+def test_a_follower_behind_the_leaders_wal_gets_a_tablet_copy(tmp_path: Path) -> None:
+    transport, lead = _setup(tmp_path, TS)
+    lead.propose([_batch(0, 50)])
+    lead.heartbeat()
+    transport.down = {"ts-c"}
+    for k in range(1, 30):
+        lead.propose([_batch(k * 50, 50, "x")])
+    lead.heartbeat()
+    lead.release(lead.node.commit_index if lead.node else 0)
+    # The leader replica flushes and garbage-collects its WAL past what ts-c has.
+    root_a = transport.roots["ts-a"]
+    with replica_storage(root_a, "t", OPTS) as st:
+        t = Tablet.open(root_a, "t", log=WalCommittedLog(st))
+        try:
+            t.flush()
+            t.gc_log()
+        finally:
+            t.close()
+        assert st.first_index() > 3, "the test needs the leader's WAL to have been collected"
+    transport.down = set()
+    copies = lead.copies
+    for _ in range(4):
+        lead.heartbeat()
+    assert lead.copies == copies + 1
+    lead.propose([_batch(5000, 5, "after")])
+    lead.heartbeat()
+    assert _rows(transport.roots["ts-c"]) == _rows(root_a)
+    assert len(_rows(root_a)) == 1505
