@@ -35,7 +35,7 @@ from pyspark_kudu.master.placement import place_extra_replica
 from pyspark_kudu.master.records import TabletReport
 from pyspark_kudu.master.topology import PlacementConfig, Table, Tablet
 
-__all__ = ["pending_actions"]
+__all__ = ["pending_actions", "replication_plan"]
 
 Action = dict[str, Any]
 
@@ -90,22 +90,63 @@ def pending_actions(
     return sorted(out, key=lambda a: (a["tablet_id"], a["action"]))
 
 
+def replication_plan(
+    catalog: Catalog,
+    *,
+    live: Collection[str],
+    failed: Collection[str],
+    rng: random.Random,
+    placement_config: PlacementConfig | None = None,
+) -> list[Action]:
+    """Re-replication work for every tablet of a live table (Kudu's 3-4-3), whoever leads it.
+
+    ``failed`` are the tablet servers unseen for longer than
+    ``follower_unavailable_considered_failed_sec``: their replicas are replaced, like
+    REPLACE-marked ones. New replicas go only to ``live`` (recently seen) servers. Per tablet
+    at most one action, in the order a replacement takes: ``add_replica`` (as NON_VOTER),
+    ``promote_replica`` (a NON_VOTER that is needed), ``remove_replica`` (once enough healthy
+    voters exist). The client that leads the tablet executes it (there are no daemons) and
+    reports the new configuration; the next plan then shows the next step.
+    """
+    out: list[Action] = []
+    for tb in sorted(catalog.tablets.values(), key=lambda t: t.tablet_id):
+        if tb.state is TabletState.DELETED:
+            continue
+        acts = _replication_actions(catalog, tb, live, rng, placement_config, failed=failed)
+        for a in acts:
+            a["table_id"] = tb.table_id
+            a["table_name"] = catalog.tables[tb.table_id].name
+        out.extend(acts)
+    return out
+
+
 def _replication_actions(
     catalog: Catalog, tb: TabletMeta, live: Collection[str], rng: random.Random,
-    placement_config: PlacementConfig | None,
+    placement_config: PlacementConfig | None, failed: Collection[str] | None = None,
 ) -> list[Action]:
     table = catalog.tables[tb.table_id]
     if table.state is TableState.DELETED:
         return []
     rf = table.replication_factor
     voters = [r for r in tb.replicas if r.member_type is MemberType.VOTER]
-    doomed = [r.ts_uuid for r in tb.replicas if r.replace or r.ts_uuid not in live]
+    doomed = [r.ts_uuid for r in tb.replicas if r.replace or (
+        r.ts_uuid in failed if failed is not None else r.ts_uuid not in live)]
     healthy_voters = [r for r in voters if r.ts_uuid not in doomed]
     if len(voters) > rf and doomed:
+        # Evict a dead/marked voter first; a marked NON_VOTER goes too.
         return [{"action": "remove_replica", "tablet_id": tb.tablet_id, "ts_uuid": doomed[0],
                  "cas_config_index": tb.config_index}]
     non_voters = [r for r in tb.replicas if r.member_type is MemberType.NON_VOTER
                   and r.ts_uuid not in doomed]
+    if failed is not None:
+        if non_voters and len(voters) < rf + (1 if doomed else 0):
+            return [{"action": "promote_replica", "tablet_id": tb.tablet_id,
+                     "ts_uuid": non_voters[0].ts_uuid, "cas_config_index": tb.config_index}]
+        dead_non_voters = [r.ts_uuid for r in tb.replicas if r.member_type is
+                           MemberType.NON_VOTER and r.ts_uuid in doomed]
+        if dead_non_voters:
+            return [{"action": "remove_replica", "tablet_id": tb.tablet_id,
+                     "ts_uuid": dead_non_voters[0], "cas_config_index": tb.config_index}]
     if len(healthy_voters) + len(non_voters) >= rf:
         return []  # enough replicas (some may be catching up as NON_VOTER)
     topo_table = Table(table.table_id, table.name, rf,

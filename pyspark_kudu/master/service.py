@@ -54,7 +54,7 @@ from pyspark_kudu.master.records import (
     TabletReport,
     UpdateTablets,
 )
-from pyspark_kudu.master.redrive import pending_actions
+from pyspark_kudu.master.redrive import pending_actions, replication_plan
 from pyspark_kudu.master.replica import MasterReplica
 from pyspark_kudu.partitioning import PartitionSchema
 from pyspark_kudu.schema import ColumnSchema, Schema
@@ -75,6 +75,7 @@ class MasterService:
         locations: LocationCache | None = None,
         op_timeout_s: float = 10.0,
         tserver_unresponsive_s: float = 30.0,
+        follower_unavailable_considered_failed_s: float = 300.0,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -82,6 +83,8 @@ class MasterService:
         self._locations = locations or LocationCache(None)
         self._op_timeout = op_timeout_s
         self._unresponsive = tserver_unresponsive_s
+        self._failed_after = follower_unavailable_considered_failed_s
+        self._started = clock()
         self._rng = rng or random.Random()
         self._clock = clock
         self._lock = threading.Lock()
@@ -98,6 +101,7 @@ class MasterService:
             "list_tservers": self.list_tservers,
             "heartbeat": self.heartbeat,
             "set_replace": self.set_replace,
+            "replication_plan": self.replication_plan,
             "add_master": self.add_master,
             "remove_master": self.remove_master,
             "transfer_leader": self.transfer_leader,
@@ -240,7 +244,9 @@ class MasterService:
     def list_tservers(self, body: Body) -> Body:
         cat = self._readable_catalog(body)
         live = self._live()
+        unseen = self.tserver_liveness()
         return {"tservers": [dict(ts.to_dict(), live=ts.uuid in live,
+                                  unseen_s=round(unseen.get(ts.uuid, -1.0), 3),
                                   replicas=cat.replica_counts.get(ts.uuid, 0))
                              for ts in sorted(cat.tservers.values(), key=lambda t: t.uuid)]}
 
@@ -278,6 +284,26 @@ class MasterService:
         actions = pending_actions(cat, ts.uuid, reports, full=full, live=self._live(),
                                   rng=self._rng)
         return dict(base, leader=True, needs_full_report=needs_full, actions=actions)
+
+    def replication_plan(self, body: Body) -> Body:
+        """Re-replication work for all tablets (see :func:`.redrive.replication_plan`).
+
+        A tablet server counts as failed when this master has not heard from it for
+        ``follower_unavailable_considered_failed_s``, counted from this master's start for a
+        server it never heard from (tablet servers heartbeat every master, so a follower
+        that becomes leader knows who is alive; a restarted master waits the full time).
+        """
+        cat = self._leader_catalog()
+        now = self._clock()
+        with self._lock:
+            seen = dict(self._last_seen)
+        failed = {u for u in cat.tservers
+                  if now - seen.get(u, self._started) > self._failed_after}
+        acts = replication_plan(cat, live=self._live(), failed=failed, rng=self._rng)
+        limit = int(body.get("max_actions", 0) or 0)
+        return {"actions": acts[:limit] if limit > 0 else acts,
+                "failed": sorted(failed),
+                "failed_after_s": self._failed_after}
 
     def set_replace(self, body: Body) -> Body:
         cat = self._leader_catalog()

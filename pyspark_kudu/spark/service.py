@@ -23,9 +23,10 @@ touches the leaders (they are not thread-safe themselves).
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Any
 
 from pyspark_kudu.errors import IllegalStateError, KuduError
 from pyspark_kudu.spark.leader import (
@@ -52,6 +53,12 @@ class _Write:
     future: Future[WriteOutcome] = field(default_factory=Future)
 
 
+@dataclass
+class _Call:
+    fn: Callable[[], Any]
+    future: Future[Any] = field(default_factory=Future)
+
+
 class ReplicationService:
     """Runs rounds for queued writes on a background thread until :meth:`close`."""
 
@@ -59,6 +66,7 @@ class ReplicationService:
         self._transport = transport
         self.settle_delay_s = settle_delay_s
         self._queue: list[_Write] = []
+        self._calls: list[_Call] = []
         self._cv = threading.Condition()
         self._closed = False
         self.rounds = 0
@@ -80,6 +88,26 @@ class ReplicationService:
             self._cv.notify()
         return w.future
 
+    def call(self, fn: Callable[[], Any]) -> Future[Any]:
+        """Run ``fn`` on the round thread between rounds (it may drive leaders: membership
+        changes, tablet copies); the future resolves to its result or exception."""
+        c = _Call(fn)
+        with self._cv:
+            if self._closed:
+                raise IllegalStateError("the replication service is closed")
+            self._calls.append(c)
+            self._cv.notify()
+        return c.future
+
+    def _run_calls(self) -> None:
+        with self._cv:
+            calls, self._calls = self._calls, []
+        for c in calls:
+            try:
+                c.future.set_result(c.fn())
+            except BaseException as e:  # handed to the caller, whatever it is
+                c.future.set_exception(e)
+
     def close(self) -> None:
         with self._cv:
             self._closed = True
@@ -96,14 +124,19 @@ class ReplicationService:
         unsettled: set[TabletLeader] = set()
         while True:
             batch: list[_Write] | None
+            self._run_calls()
             with self._cv:
-                if unsettled and not self._queue and not self._closed:
+                if unsettled and not self._queue and not self._closed and not self._calls:
                     self._cv.wait(self.settle_delay_s)  # a next write would carry the commit
+                if self._calls:
+                    continue
                 if unsettled and not self._queue and not self._closed:
                     batch = None
                 else:
-                    while not self._queue and not self._closed:
+                    while not self._queue and not self._closed and not self._calls:
                         self._cv.wait()
+                    if self._calls:
+                        continue
                     if not self._queue and self._closed:
                         batch = None
                     else:
@@ -111,6 +144,7 @@ class ReplicationService:
             if batch is None and self._closed:
                 if unsettled:  # closing: replicas must still learn what committed
                     self._settle(unsettled)
+                self._run_calls()
                 return
             if batch is None:
                 self._settle(unsettled)

@@ -1,0 +1,133 @@
+"""Self-healing from the client: the master decides, the client's Spark jobs carry it out.
+
+There are no storage daemons (DESIGN §1), so the process that can copy a tablet is a client
+that runs Spark jobs. :class:`Healer` runs in the :class:`~pyspark_kudu.spark.context.KuduContext`
+(``spark.kudu.heal.enabled``, default on) and, every ``interval_s``:
+
+1. asks the leader master for its re-replication plan
+   (:func:`~pyspark_kudu.master.redrive.replication_plan`): the master alone decides which
+   tablet servers have failed (unheard of for ``follower_unavailable_considered_failed_sec``)
+   and, with its placement policy, where new replicas go;
+2. carries out at most ``max_moves`` actions, each on the tablet's leader (this client
+   elects itself for the tablet if it does not lead it; a writer elsewhere is fenced and its
+   write fails retryably, as with any leader change): ``add_replica`` creates the replica,
+   adds it as a NON_VOTER, copies the tablet to it and promotes it once caught up;
+   ``promote_replica`` finishes an add that was interrupted; ``remove_replica`` evicts the
+   failed or REPLACE-marked one (3-4-3). Each action runs on the replication service's round
+   thread, so writes and membership changes of one tablet never interleave inside a round;
+3. reports each new configuration to the master (a tablet report with its Raft index);
+4. every ``sweep_every`` passes, lists the replicas on every tablet server with an executor
+   and deletes those the catalog says are evicted or belong to deleted tables
+   (:func:`~pyspark_kudu.master.redrive.pending_actions`' ``delete_tablet``: only replicas
+   the catalog knows, never a true orphan).
+
+``heal_once`` is the same pass, callable directly (tests, ``jobs/``).
+
+Thread-safety: thread-safe; passes (the daemon's or a direct ``heal_once``) run one at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark_kudu.errors import KuduError
+
+__all__ = ["HealAction", "Healer", "HealerTarget"]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class HealAction:
+    """One action of a pass and how it ended (``outcome`` is "ok" or the error)."""
+
+    action: str
+    tablet_id: str
+    ts_uuid: str
+    table: str
+    outcome: str
+    seconds: float
+    at: float = field(default_factory=time.time)
+
+
+class HealerTarget:
+    """What the healer needs from its client (the ``KuduContext`` implements it)."""
+
+    def replication_plan(self, max_actions: int) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def execute_replication_action(self, action: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def sweep_replicas(self) -> int:
+        raise NotImplementedError
+
+
+class Healer:
+    """Runs :meth:`heal_once` every ``interval_s`` on a daemon thread (see module docs)."""
+
+    def __init__(self, target: HealerTarget, interval_s: float = 5.0, max_moves: int = 4,
+                 sweep_every: int = 6,
+                 on_action: Callable[[HealAction], None] | None = None) -> None:
+        self._target = target
+        self.interval_s = interval_s
+        self.max_moves = max_moves
+        self.sweep_every = max(1, sweep_every)
+        self._on_action = on_action
+        self.history: list[HealAction] = []
+        self.passes = 0
+        self.swept = 0
+        self._stop = threading.Event()
+        self._pass_lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="kudu-healer")
+
+    def start(self) -> Healer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=120)
+
+    def heal_once(self) -> list[HealAction]:
+        """One pass: the plan's actions (at most ``max_moves``), then maybe a sweep."""
+        with self._pass_lock:
+            return self._pass()
+
+    def _pass(self) -> list[HealAction]:
+        self.passes += 1
+        done: list[HealAction] = []
+        for act in self._target.replication_plan(self.max_moves)[:self.max_moves]:
+            t0 = time.monotonic()
+            try:
+                self._target.execute_replication_action(act)
+                outcome = "ok"
+            except KuduError as e:
+                outcome = f"{type(e).__name__}: {e}"
+                _log.warning("healing: %s of tablet %s on %s failed: %s", act["action"],
+                             act["tablet_id"], act["ts_uuid"], e)
+            rec = HealAction(str(act["action"]), str(act["tablet_id"]), str(act["ts_uuid"]),
+                             str(act.get("table_name", "")), outcome, time.monotonic() - t0)
+            done.append(rec)
+            if self._on_action is not None:
+                self._on_action(rec)
+        self.history.extend(done)
+        if self.passes % self.sweep_every == 0:
+            self.swept += self._target.sweep_replicas()
+        return done
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                while self.heal_once() and not self._stop.is_set():
+                    pass  # more steps of a replacement may be due right away
+            except KuduError as e:
+                _log.warning("healing pass failed: %s", e)
+            except Exception as e:  # the SparkContext may be stopping under us
+                _log.debug("healing pass failed: %s", e)

@@ -1,0 +1,117 @@
+"""Self-healing in local mode: the master's plan carried out by the client's Spark jobs.
+
+A REPLACE mark (what the rebalancer or an operator sets) makes the master plan a 3-4-3
+replacement; the healer adds a NON_VOTER on another tablet server, copies the tablet to it
+(pinned read, shuffle, pinned write), promotes it and evicts the marked replica, whose files
+a sweep then deletes. Failure detection itself (a server going quiet) runs on the
+standalone cluster (tests/cluster/test_healing.py).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from pyspark_kudu.master.entities import MemberType
+from pyspark_kudu.partitioning import HashDimension, PartitionSchema
+from pyspark_kudu.spark.context import KuduContext
+from pyspark_kudu.spark.peer import scan_replica
+from tests.waiting import wait_until
+
+STRUCT = StructType([StructField("id", LongType(), False), StructField("v", StringType(), True)])
+
+
+@pytest.fixture
+def kudu(spark: SparkSession, tmp_path: Path) -> Iterator[KuduContext]:
+    with KuduContext(spark, warehouse=str(tmp_path / "wh"), local_tablet_servers=4) as ctx:
+        ctx.healer.stop()  # the test drives passes itself
+        yield ctx
+
+
+def _rows_on(ctx: KuduContext, ts: str, tablet_id: str, known_commit: int | None = None
+             ) -> list[tuple[int, str]]:
+    import pyarrow as pa
+
+    root = {s.uuid: s.root for s in ctx.servers}[ts]
+    assert root is not None
+    out = []
+    for ipc in scan_replica(root, tablet_id, None, (), None, known_commit=known_commit):
+        out.extend(pa.ipc.open_stream(ipc).read_all().to_pylist())
+    return sorted((r["id"], r["v"]) for r in out)
+
+
+def _heal_until_quiet(ctx: KuduContext, what: str) -> None:
+    def quiet() -> bool:
+        ctx.healer.heal_once()
+        return not ctx.replication_plan()
+
+    try:
+        wait_until(quiet, 120, what)
+    except AssertionError as e:
+        raise AssertionError(f"{e}; healer steps: {ctx.healer.history[-5:]}; plan now: "
+                             f"{ctx.replication_plan()}") from None
+
+
+def test_a_replace_marked_replica_is_replaced_3_4_3_and_its_files_swept(
+    spark: SparkSession, kudu: KuduContext,
+) -> None:
+    kudu.create_table("t", STRUCT, keys=["id"], replicas=3,
+                      partitioning=PartitionSchema((HashDimension(("id",), 2),)))
+    df = spark.createDataFrame([(i, f"v{i}") for i in range(300)], STRUCT)
+    kudu.upsert_rows(df, "t")
+    tablet = kudu.master.get_table("t").tablets[0]
+    leader = tablet.leader
+    marked = next(v for v in tablet.voters if v != leader)
+    spare = next(s.uuid for s in kudu.servers if tablet.replica(s.uuid) is None)
+    # The write returned on commit; the leader replica's log holds it up to that index.
+    before = _rows_on(kudu, leader, tablet.tablet_id, known_commit=tablet.committed_index)
+    assert len(before) > 100
+
+    kudu.master.set_replace(tablet.tablet_id, marked)
+    plan = kudu.replication_plan()
+    assert [(a["action"], a["tablet_id"], a["ts_uuid"]) for a in plan] == [
+        ("add_replica", tablet.tablet_id, spare)]
+    _heal_until_quiet(kudu, f"replacement of {marked} in tablet {tablet.tablet_id}")
+
+    after = next(t for t in kudu.master.get_table("t").tablets
+                 if t.tablet_id == tablet.tablet_id)
+    assert sorted(after.voters) == sorted({*tablet.voters, spare} - {marked})
+    assert all(r.member_type is MemberType.VOTER for r in after.replicas)
+    steps = [(a.action, a.outcome) for a in kudu.healer.history]
+    assert steps == [("add_replica", "ok"), ("remove_replica", "ok")], steps
+    # The new replica got a tablet copy: it holds every row, as the leader does.
+    assert _rows_on(kudu, spare, tablet.tablet_id) == before
+    # Writes go on with the new configuration, and reads see everything.
+    kudu.upsert_rows(spark.createDataFrame([(1000, "new")], STRUCT), "t")
+    assert kudu.read_table("t").count() == 301
+
+    # The evicted replica's files are deleted by a sweep (the master decides).
+    root = {s.uuid: s.root for s in kudu.servers}[marked]
+    assert root is not None
+    gone = os.path.join(root, "tablets", tablet.tablet_id)
+    assert os.path.isdir(gone)
+    assert kudu.sweep_replicas() == 1
+    assert not os.path.exists(gone)
+    # Live replicas are never swept.
+    assert kudu.sweep_replicas() == 0
+
+
+def test_replacing_the_leaders_own_replica_moves_leadership_first(
+    spark: SparkSession, kudu: KuduContext,
+) -> None:
+    kudu.create_table("u", STRUCT, keys=["id"], replicas=3,
+                      partitioning=PartitionSchema((HashDimension(("id",), 2),)))
+    kudu.upsert_rows(spark.createDataFrame([(i, "x") for i in range(50)], STRUCT), "u")
+    tablet = kudu.master.get_table("u").tablets[0]
+    kudu.master.set_replace(tablet.tablet_id, tablet.leader)
+    _heal_until_quiet(kudu, "replacement of the leader's replica")
+    after = next(t for t in kudu.master.get_table("u").tablets
+                 if t.tablet_id == tablet.tablet_id)
+    assert tablet.leader not in after.voters and len(after.voters) == 3
+    assert after.leader != tablet.leader
+    assert sorted(r["id"] for r in kudu.read_table("u").collect()) == list(range(50))
