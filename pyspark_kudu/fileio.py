@@ -9,6 +9,13 @@ elsewhere (object stores make a written object durable on close).
 ``superblock``) are replaced: write a temp file, fsync it, rename it over the target, fsync
 the directory (DESIGN §5). A crash at any point leaves either the old or the new content.
 
+Permissions: on local disk, directories FileIO creates get mode ``0700`` and files ``0600``
+(:data:`DIR_MODE`, :data:`FILE_MODE`), whatever the process umask, like Kudu's default
+``--umask=077``: replica files, WAL segments, consensus metadata and the catalog are never
+readable, let alone writable, by other users. The modes are passed to ``mkdir``/``open``,
+which the umask can only narrow; existing files and directories keep theirs (an operator who
+wants group access creates the data root with it).
+
 Thread-safety: a ``FileIO`` holds only its URL and a cached fsspec filesystem, which fsspec
 makes safe to share between threads. It pickles without the cache so it ships to Spark
 executors (the pyiceberg habit).
@@ -23,7 +30,38 @@ from typing import IO, Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-__all__ = ["FileIO"]
+__all__ = ["DIR_MODE", "FILE_MODE", "FileIO", "make_private_dirs", "open_private"]
+
+DIR_MODE = 0o700
+"""Mode of every local directory the project creates (data roots, tablets, WAL, catalog)."""
+FILE_MODE = 0o600
+"""Mode of every local file created through :class:`FileIO`."""
+
+
+def make_private_dirs(path: str) -> None:
+    """``os.makedirs(path, exist_ok=True)``, but every directory it creates gets
+    :data:`DIR_MODE` (``os.makedirs`` gives intermediate directories ``0777 & ~umask``)."""
+    missing: list[str] = []
+    p = os.path.abspath(path)
+    while not os.path.isdir(p):
+        missing.append(p)
+        parent = os.path.dirname(p)
+        if parent == p:
+            break
+        p = parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, DIR_MODE)
+        except FileExistsError:
+            if not os.path.isdir(d):
+                raise
+
+
+def open_private(path: str, mode: str = "wb") -> IO[Any]:
+    """``open(path, mode)`` for writing (``w``/``a``, text or binary) that creates the file
+    with :data:`FILE_MODE` whatever the umask."""
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if "a" in mode else os.O_TRUNC)
+    return os.fdopen(os.open(path, flags, FILE_MODE), mode)
 
 
 class FileIO:
@@ -105,9 +143,19 @@ class FileIO:
 
     # -- mutation ------------------------------------------------------------------------
     def makedirs(self, *parts: str) -> None:
-        self.fs.makedirs(self.path(*parts), exist_ok=True)
+        """Create the directory and its missing parents (``0700`` on local disk)."""
+        if self.is_local:
+            make_private_dirs(self.local_path(*parts))
+        else:
+            self.fs.makedirs(self.path(*parts), exist_ok=True)
 
     def open(self, *parts: str, mode: str = "rb") -> IO[bytes]:
+        """Open a file; on local disk a file created here gets :data:`FILE_MODE`."""
+        if self.is_local and any(c in mode for c in "wax"):
+            # Create it ourselves with an explicit mode (fsspec's open would use 0666 & ~umask).
+            flags = os.O_WRONLY | os.O_CREAT | (os.O_EXCL if "x" in mode else 0)
+            os.close(os.open(self.local_path(*parts), flags, FILE_MODE))
+            mode = mode.replace("x", "w")
         f: IO[bytes] = self.fs.open(self.path(*parts), mode)
         return f
 

@@ -393,7 +393,14 @@ class Partitioner:
         if isinstance(col, pa.ChunkedArray):
             col = col.combine_chunks()
         want = self.schema.column(name).type
-        return col if col.type == want else col.cast(want)
+        if col.type == want:
+            return col
+        try:
+            return col.cast(want)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+            raise InvalidArgumentError(
+                f"key column {name!r}: cannot convert {col.type} values to the table's "
+                f"{want} ({e}); cast the data first") from e
 
     def route_batch(self, data: pa.Table | pa.RecordBatch) -> I64:
         """Partition index of every row (vectorized); ``-1`` where no range partition covers it."""

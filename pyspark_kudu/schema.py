@@ -44,6 +44,7 @@ __all__ = [
     "Predicate",
     "PredicateOp",
     "Schema",
+    "type_family",
     "type_from_str",
     "type_to_str",
     "values_from_json",
@@ -104,6 +105,31 @@ def type_from_str(text: str) -> pa.DataType:
     if m:
         return pa.timestamp("us", tz=m.group(1))
     raise InvalidArgumentError(f"unsupported column type {text!r}: supported are {_SUPPORTED_TEXT}")
+
+
+def type_family(t: pa.DataType, *, exact_numbers: bool = False) -> str:
+    """The family of a type for implicit conversions of written values: ``numeric``
+    (integers, floats, decimals), ``string``, ``binary``, ``bool``, ``date``, ``timestamp``
+    (any unit or zone); other types are their own family. ``exact_numbers`` splits
+    ``numeric`` into ``integer``, ``floating`` and ``decimal`` (for key columns, whose
+    values route rows and must not be rounded)."""
+    if pa.types.is_integer(t):
+        return "integer" if exact_numbers else "numeric"
+    if pa.types.is_floating(t):
+        return "floating" if exact_numbers else "numeric"
+    if pa.types.is_decimal(t):
+        return "decimal" if exact_numbers else "numeric"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "string"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        return "binary"
+    if pa.types.is_boolean(t):
+        return "bool"
+    if pa.types.is_date(t):
+        return "date"
+    if pa.types.is_timestamp(t):
+        return "timestamp"
+    return str(t)
 
 
 def _check_type(column: str, t: pa.DataType) -> None:
@@ -354,6 +380,31 @@ class Schema:
                              f.nullable and f.name not in key, defaults.get(f.name))
                 for f in struct.fields]
         return cls(tuple(cols), tuple(key))
+
+    def check_write_types(self, struct: StructType, table: str) -> None:
+        """Check a DataFrame's column types before writing it to this table (driver side).
+
+        A DataFrame column of a table column must be of the same :func:`type_family`
+        (key columns: the same exact family, so an integer key never receives rounded
+        floats); columns the table lacks are left to the column-name check.
+
+        Raises:
+            InvalidArgumentError: naming the column, both types and the fix; nothing is
+                written.
+        """
+        for f in struct.fields:
+            if not self.has_column(f.name):
+                continue
+            want = self.column(f.name).type
+            exact = self.is_key(f.name)
+            got = _from_spark_type(f.name, f.dataType)
+            if type_family(got, exact_numbers=exact) != type_family(want, exact_numbers=exact):
+                raise InvalidArgumentError(
+                    f"table {table}: DataFrame column {f.name!r} has type "
+                    f"{f.dataType.simpleString()}, the table column is {type_to_str(want)}"
+                    f"{' (a primary key column)' if exact else ''}; cast it first, e.g. "
+                    f"df.withColumn({f.name!r}, df[{f.name!r}].cast("
+                    f"{_to_spark_type(want).simpleString()!r}))")
 
     # -- persistence ------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -11,6 +11,10 @@ NotLeader hints and retries are the standalone code path.
 
 Addresses of embedded masters are ``embedded:1``, ``embedded:2``, ... (ids ``m1``, ``m2``...).
 
+Directories this master creates are private to its user (``0700``, like Kudu's default
+``--umask=077``; :func:`~pyspark_kudu.fileio.make_private_dirs`), and so are the catalog
+files written through :class:`~pyspark_kudu.fileio.FileIO`.
+
 Thread-safety: thread-safe.
 """
 
@@ -26,8 +30,9 @@ from typing import Any
 from pyspark_kudu.consensus.raft import Role
 from pyspark_kudu.consensus.storage import WritableStorage
 from pyspark_kudu.errors import IllegalStateError, InvalidArgumentError, NetworkError
+from pyspark_kudu.fileio import make_private_dirs
 from pyspark_kudu.master.client import Channel, MasterClient
-from pyspark_kudu.master.locations import LocationCache
+from pyspark_kudu.master.locations import DEFAULT_MAPPING_TIMEOUT_S, LocationCache
 from pyspark_kudu.master.replica import (
     MasterReplica,
     ReplicaOptions,
@@ -55,8 +60,10 @@ class EmbeddedMaster:
         options: ReplicaOptions | None = None,
         sync: str = "fdatasync",
         location_mapping_cmd: str | None = None,
+        location_mapping_timeout_s: float = DEFAULT_MAPPING_TIMEOUT_S,
         op_timeout_s: float = 10.0,
         tserver_unresponsive_s: float = 30.0,
+        follower_unavailable_considered_failed_s: float = 300.0,
         storage_factory: Callable[[str], WritableStorage] | None = None,
     ) -> None:
         if replicas not in (1, 3):
@@ -74,9 +81,10 @@ class EmbeddedMaster:
         self._options = options or ReplicaOptions()
         self._sync = sync
         self._factory = storage_factory or (lambda d: open_storage(d, self._sync))
-        self._locations = LocationCache(location_mapping_cmd)
+        self._locations = LocationCache(location_mapping_cmd, location_mapping_timeout_s)
         self._op_timeout = op_timeout_s
         self._unresponsive = tserver_unresponsive_s
+        self._failed_after = follower_unavailable_considered_failed_s
         self.network = LocalNetwork()
         self._lock = threading.Lock()
         self.replicas: dict[str, MasterReplica] = {}
@@ -95,14 +103,15 @@ class EmbeddedMaster:
             if node_id in self.replicas:
                 raise IllegalStateError(f"master replica {node_id} is already running")
             d = os.path.join(self.root, node_id)
-            os.makedirs(d, exist_ok=True)
+            make_private_dirs(d)
             storage = self._factory(d)
             if is_fresh_storage(storage):
                 bootstrap_group(storage, self.addresses)
             rep = MasterReplica(node_id, storage, self.network.transport(node_id),
                                 self._options)
             svc = MasterService(rep, locations=self._locations, op_timeout_s=self._op_timeout,
-                                tserver_unresponsive_s=self._unresponsive)
+                                tserver_unresponsive_s=self._unresponsive,
+                                follower_unavailable_considered_failed_s=self._failed_after)
             self.replicas[node_id], self.services[node_id] = rep, svc
             self.network.register(node_id, rep)
             rep.start()

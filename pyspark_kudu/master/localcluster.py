@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from types import TracebackType
 
 from pyspark_kudu.errors import KuduError, TimedOutError
+from pyspark_kudu.fileio import open_private
 from pyspark_kudu.master.client import MasterClient
 
 __all__ = ["MasterProcessCluster", "free_ports"]
@@ -63,7 +64,7 @@ class MasterProcessCluster:
         self._token_file = os.path.join(root, "token")
         if token:
             os.makedirs(root, exist_ok=True)
-            with open(self._token_file, "w", encoding="utf-8") as f:
+            with open_private(self._token_file, "w") as f:
                 f.write(token)
 
     @property

@@ -3,10 +3,16 @@
 Seed: kudu-location-awareness, "Node labeling" and "Location-aware clients".
 
 * The master runs ``location_mapping_cmd`` once per registering host: the command line is
-  split on spaces (no shell), the host is appended as the last argument, and stripped
-  stdout is the location. Errors carry Kudu's texts. Unlike Kudu, the command has a
-  timeout (default 10 s); on expiry its whole process group is killed and the failure is
-  reported.
+  split into an argv list with :func:`shlex.split` and executed directly, never through a
+  shell (``;``, ``|``, ``$(...)`` and ``$VAR`` reach the command as literal text); the host
+  is appended as the last argument, and stripped stdout is the location. Kudu splits on
+  spaces only; for a command without quotes both give the same argv, and quoting lets a path
+  with spaces through. Errors carry Kudu's texts. Unlike Kudu, the command has a timeout
+  (default 10 s, ``location_mapping_timeout_s`` of the master); on expiry its whole process
+  group is killed and the failure is reported.
+* A location must be ``/``-separated components of ``[A-Za-z0-9_.-]`` (seed) and, unlike
+  Kudu, at most :data:`MAX_LOCATION_LENGTH` characters: it is stored in the catalog and sent
+  with every tablet-server listing, so a runaway script cannot bloat them.
 * Locations are cached per host until the server re-registers (:meth:`LocationCache.get`
   with ``refresh=True``); failures are never cached. ``queries`` and ``hits`` count like
   Kudu's ``location_mapping_cache_queries`` / ``location_mapping_cache_hits`` metrics.
@@ -22,12 +28,13 @@ import enum
 import hashlib
 import os
 import random
+import shlex
 import signal
 import subprocess
 import threading
 from collections.abc import Mapping, Sequence
 
-from pyspark_kudu.errors import RemoteError, TimedOutError
+from pyspark_kudu.errors import InvalidArgumentError, RemoteError, TimedOutError
 from pyspark_kudu.master.topology import (
     Replica,
     TabletServer,
@@ -37,6 +44,7 @@ from pyspark_kudu.master.topology import (
 
 __all__ = [
     "DEFAULT_MAPPING_TIMEOUT_S",
+    "MAX_LOCATION_LENGTH",
     "LocationCache",
     "LocationMappingError",
     "LocationMappingTimedOutError",
@@ -48,6 +56,8 @@ __all__ = [
 ]
 
 DEFAULT_MAPPING_TIMEOUT_S = 10.0
+MAX_LOCATION_LENGTH = 1024
+"""Longest location accepted from the mapping command (pyspark-kudu's limit; Kudu has none)."""
 
 
 class LocationMappingError(RemoteError):
@@ -65,14 +75,23 @@ class LocationMappingTimedOutError(LocationMappingError, TimedOutError):
 def run_location_mapping_cmd(
     cmd: str, host: str, timeout: float = DEFAULT_MAPPING_TIMEOUT_S
 ) -> str:
-    """Run ``cmd`` (split on spaces, no shell) with ``host`` appended; return the location.
+    """Run ``cmd`` (shlex-split, no shell) with ``host`` appended; return the location.
 
     Raises:
         LocationMappingError: with Kudu's texts for an empty command, a failed run (with
-            its stderr), an empty or an invalid location (with the output).
+            its stderr), an empty or an invalid location (with the output); also for a
+            command line with unbalanced quotes and a location longer than
+            :data:`MAX_LOCATION_LENGTH`.
         LocationMappingTimedOutError: the command ran longer than ``timeout`` seconds.
+        InvalidArgumentError: ``timeout`` is not positive.
     """
-    argv = [a for a in cmd.split(" ") if a]
+    _check_timeout(timeout)
+    try:
+        argv = shlex.split(cmd)
+    except ValueError as e:
+        raise LocationMappingError(
+            f"invalid location mapping command {cmd!r}: {e}; quote arguments with spaces "
+            f"and close every quote") from None
     if not argv:
         raise LocationMappingError("invalid empty location mapping command")
     argv.append(host)
@@ -114,11 +133,22 @@ def run_location_mapping_cmd(
     location = out.decode(errors="replace").strip()
     if not location:
         raise LocationMappingError("location mapping command returned invalid empty location")
+    if len(location) > MAX_LOCATION_LENGTH:
+        raise LocationMappingError(
+            f"location mapping command returned invalid location: {location[:60]}... is "
+            f"{len(location)} characters long, more than the maximum {MAX_LOCATION_LENGTH}"
+        )
     if not is_valid_location(location):
         raise LocationMappingError(
             f"location mapping command returned invalid location: {location}"
         )
     return location
+
+
+def _check_timeout(timeout: float) -> None:
+    if not timeout > 0:
+        raise InvalidArgumentError(
+            f"location mapping timeout must be a positive number of seconds, got {timeout!r}")
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -140,6 +170,7 @@ class LocationCache:
     """
 
     def __init__(self, cmd: str | None, timeout: float = DEFAULT_MAPPING_TIMEOUT_S) -> None:
+        _check_timeout(timeout)
         self._cmd = cmd
         self._timeout = timeout
         self._lock = threading.Lock()

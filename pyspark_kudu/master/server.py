@@ -7,6 +7,13 @@ Layout of ``--data-dir``::
     catalog/meta        consensus metadata (hard state, snapshot = catalog, config)
     catalog/wal/        the Raft log (pyspark_kudu.wal)
 
+Security: the master serves on its peer address (``127.0.0.1`` in :data:`DEFAULT_PEERS`)
+unless ``--listen`` says otherwise. With a shared-secret ``token`` every call (client RPC
+and Raft alike) must carry it (:mod:`~pyspark_kudu.master.flight`); a master refuses to
+start on a non-loopback address without a token unless ``allow_unauthenticated`` is set, so
+a catalog is never writable from the network by accident. The data dir and everything in it
+is private to the master's user (``0700`` directories, ``0600`` files).
+
 A fresh data dir of a founding master is bootstrapped with the ``--peers`` group (addresses
 in the log); with ``--join`` it starts empty and learns the group from the leader once an
 operator adds it (``MasterClient.add_master``). A restarted master (after a crash or
@@ -17,16 +24,19 @@ Thread-safety: :class:`MasterServer` methods may be called from any thread.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import os
+import socket
 import threading
 from dataclasses import dataclass, field
 
 from pyspark_kudu.errors import IllegalStateError, InvalidArgumentError
+from pyspark_kudu.fileio import FILE_MODE, make_private_dirs
 from pyspark_kudu.master.client import parse_master_addresses
 from pyspark_kudu.master.flight import FlightTransport, MasterFlightServer
-from pyspark_kudu.master.locations import LocationCache
+from pyspark_kudu.master.locations import DEFAULT_MAPPING_TIMEOUT_S, LocationCache
 from pyspark_kudu.master.replica import (
     MasterReplica,
     ReplicaOptions,
@@ -36,7 +46,13 @@ from pyspark_kudu.master.replica import (
 )
 from pyspark_kudu.master.service import MasterService
 
-__all__ = ["DEFAULT_PEERS", "MasterServer", "MasterServerConfig", "parse_peers"]
+__all__ = [
+    "DEFAULT_PEERS",
+    "MasterServer",
+    "MasterServerConfig",
+    "is_loopback_address",
+    "parse_peers",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -81,15 +97,25 @@ class MasterServerConfig:
     join: bool = False
     sync: str = "fdatasync"
     location_mapping_cmd: str | None = None
+    location_mapping_timeout_s: float = DEFAULT_MAPPING_TIMEOUT_S
     op_timeout_s: float = 10.0
     tserver_unresponsive_s: float = 30.0
+    follower_unavailable_considered_failed_s: float = 300.0
     replica: ReplicaOptions = field(default_factory=ReplicaOptions)
+    allow_unauthenticated: bool = False
 
     def __post_init__(self) -> None:
         if self.id not in self.peers and self.listen is None:
             raise InvalidArgumentError(
                 f"master id {self.id!r} is not in --peers ({sorted(self.peers)}); add "
                 f"{self.id}=host:port to --peers or give --listen host:port")
+        if not self.token and not self.allow_unauthenticated and not is_loopback_address(
+                self.address):
+            raise InvalidArgumentError(
+                f"master {self.id} would serve on {self.address}, which is not a loopback "
+                f"address, without a shared-secret token: anyone who can reach it could "
+                f"change the catalog. Pass --token-file (or set PYSPARK_KUDU_MASTER_TOKEN), "
+                f"or listen on 127.0.0.1, or pass --allow-unauthenticated on a trusted network")
 
     @property
     def address(self) -> str:
@@ -113,7 +139,7 @@ class MasterServer:
 
     def start(self) -> MasterServer:
         cfg = self.config
-        os.makedirs(cfg.data_dir, exist_ok=True)
+        make_private_dirs(cfg.data_dir)
         _check_instance(cfg.data_dir, cfg.id)
         storage = open_storage(os.path.join(cfg.data_dir, "catalog"), cfg.sync)
         if is_fresh_storage(storage) and not cfg.join:
@@ -127,9 +153,12 @@ class MasterServer:
         transport = FlightTransport(cfg.id, address_of, token=cfg.token)
         replica = MasterReplica(cfg.id, storage, transport, cfg.replica)
         holder.append(replica)
-        service = MasterService(replica, locations=LocationCache(cfg.location_mapping_cmd),
+        locations = LocationCache(cfg.location_mapping_cmd, cfg.location_mapping_timeout_s)
+        service = MasterService(replica, locations=locations,
                                 op_timeout_s=cfg.op_timeout_s,
-                                tserver_unresponsive_s=cfg.tserver_unresponsive_s)
+                                tserver_unresponsive_s=cfg.tserver_unresponsive_s,
+                                follower_unavailable_considered_failed_s=(
+                                    cfg.follower_unavailable_considered_failed_s))
         self._replica = replica
         replica.start()
         try:
@@ -157,6 +186,25 @@ class MasterServer:
             self._server.shutdown()
 
 
+def is_loopback_address(address: str) -> bool:
+    """True if ``host:port`` names only loopback interfaces (``127.0.0.0/8``, ``::1``,
+    ``localhost``); a host name counts only if every address it resolves to is loopback."""
+    host = address.rpartition(":")[0] if ":" in address else address
+    host = host.strip("[]")
+    if not host:
+        return False
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    addrs = {str(i[4][0]).split("%", 1)[0] for i in infos}
+    return bool(addrs) and all(ipaddress.ip_address(a).is_loopback for a in addrs)
+
+
 def _check_instance(data_dir: str, master_id: str) -> None:
     path = os.path.join(data_dir, "instance")
     if os.path.exists(path):
@@ -168,7 +216,8 @@ def _check_instance(data_dir: str, master_id: str) -> None:
                 f"--id {owner} or another --data-dir")
         return
     tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    with open(fd, "w", encoding="utf-8") as f:
         json.dump({"master_id": master_id}, f)
         f.flush()
         os.fsync(f.fileno())

@@ -35,7 +35,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, as_completed
 from dataclasses import dataclass
 from typing import Any
@@ -53,7 +53,8 @@ from pyspark_kudu.errors import (
 )
 from pyspark_kudu.master.client import MasterClient, TableLocations
 from pyspark_kudu.master.embedded import EmbeddedMaster
-from pyspark_kudu.master.entities import TServerMeta
+from pyspark_kudu.master.entities import MemberType, ReplicaMeta, TServerMeta
+from pyspark_kudu.master.locations import DEFAULT_MAPPING_TIMEOUT_S, LocationMappingError
 from pyspark_kudu.master.records import TabletReport
 from pyspark_kudu.partitioning import Partitioner, PartitionSchema
 from pyspark_kudu.schema import Predicate, Schema
@@ -63,6 +64,7 @@ from pyspark_kudu.spark.dataplane import (
     stage_batches,
     staging_schema,
 )
+from pyspark_kudu.spark.healing import Healer, HealerTarget
 from pyspark_kudu.spark.leader import (
     FencedError,
     RoundFailedError,
@@ -88,6 +90,10 @@ _log = logging.getLogger(__name__)
 
 WAREHOUSE_CONF = "spark.kudu.warehouse"
 HEARTBEAT_CONF = "spark.kudu.heartbeatIntervalSec"
+HEAL_ENABLED_CONF = "spark.kudu.heal.enabled"
+HEAL_INTERVAL_CONF = "spark.kudu.heal.intervalSec"
+HEAL_MAX_MOVES_CONF = "spark.kudu.heal.maxMoves"
+FAILED_AFTER_CONF = "spark.kudu.followerUnavailableConsideredFailedSec"
 _MAX_BATCH_ROWS = 65536
 
 
@@ -122,21 +128,37 @@ class _ScanTask:
     known_commit: int | None
 
 
-class KuduContext:
-    """Tables of this cluster, for one SparkSession. Close it (or use ``with``)."""
+class KuduContext(HealerTarget):
+    """Tables of this cluster, for one SparkSession. Close it (or use ``with``).
+
+    Unless ``spark.kudu.heal.enabled=false``, the context also heals the cluster in the
+    background (:mod:`~pyspark_kudu.spark.healing`): replicas on tablet servers the master
+    considers failed are replaced, every ``spark.kudu.heal.intervalSec`` (default 5 s).
+    """
 
     def __init__(self, spark: SparkSession, master: str | None = None, *,
                  warehouse: str | None = None, local_tablet_servers: int = 3,
                  wal_options: WalOptions | None = None,
-                 location_mapping_cmd: str | None = None) -> None:
+                 location_mapping_cmd: str | None = None,
+                 location_mapping_timeout_s: float = DEFAULT_MAPPING_TIMEOUT_S,
+                 heal: bool | None = None,
+                 heal_interval_s: float | None = None,
+                 failed_after_s: float | None = None) -> None:
+        """``heal``, ``heal_interval_s`` and ``failed_after_s`` (the embedded master's
+        ``follower_unavailable_considered_failed_sec``) override the ``spark.kudu.heal.*``
+        and ``spark.kudu.followerUnavailableConsideredFailedSec`` settings."""
         self.spark = spark
         sc = spark.sparkContext
         conf_wh = sc.getConf().get(WAREHOUSE_CONF, None)
         self.warehouse = os.path.abspath(warehouse or conf_wh or "kudu-warehouse")
         self._embedded: EmbeddedMaster | None = None
+        conf = sc.getConf()
         if master is None:
-            self._embedded = EmbeddedMaster(self.warehouse, 1,
-                                            location_mapping_cmd=location_mapping_cmd)
+            self._embedded = EmbeddedMaster(
+                self.warehouse, 1, location_mapping_cmd=location_mapping_cmd,
+                location_mapping_timeout_s=location_mapping_timeout_s,
+                follower_unavailable_considered_failed_s=failed_after_s or float(
+                    conf.get(FAILED_AFTER_CONF, "300") or 300))
             self.master: MasterClient = self._embedded.client()
         else:
             self.master = MasterClient(master)
@@ -148,6 +170,7 @@ class KuduContext:
         self._janitor = StagingJanitor(sc, [s.host for s in self.servers],
                                        self.warehouse if self._local else None)
         self._leaders: dict[str, TabletLeader] = {}
+        self._failed_reported: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
         interval = float(sc.getConf().get(HEARTBEAT_CONF, "1.0") or 1.0)
         self.liveness = LivenessReporter(
@@ -156,6 +179,13 @@ class KuduContext:
             self._live_hosts, interval_s=interval).start()
         # format("kudu") for this session: a loopback service its data source calls.
         self.session_service = register(self)
+        self.healer = Healer(
+            self, interval_s=heal_interval_s or float(conf.get(HEAL_INTERVAL_CONF, "5") or 5),
+            max_moves=int(conf.get(HEAL_MAX_MOVES_CONF, "4") or 4))
+        if heal is None:
+            heal = (conf.get(HEAL_ENABLED_CONF, "true") or "true").lower() != "false"
+        if heal:
+            self.healer.start()
 
     def _live_hosts(self) -> set[str]:
         if self._local:
@@ -164,6 +194,7 @@ class KuduContext:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
+        self.healer.stop()
         self.session_service.close()
         self.liveness.stop()
         self._service.close()
@@ -205,6 +236,8 @@ class KuduContext:
                 for addr in self.master.addresses:
                     try:
                         seen = bool(self.master.heartbeat_to(addr, meta).get("leader")) or seen
+                    except LocationMappingError:
+                        raise  # the server's location is refused: retrying will not help
                     except KuduError:
                         continue  # that master is down; the others may lead
                 if seen:
@@ -315,13 +348,20 @@ class KuduContext:
 
     def write(self, df: DataFrame, table: str, operation: str = "upsert", *,
               progress: Callable[[WriteProgress], None] | None = None,
-              batch_rows: int = _MAX_BATCH_ROWS) -> WriteSummary:
+              batch_rows: int = _MAX_BATCH_ROWS, repartition: bool = False,
+              repartition_sort: bool = True) -> WriteSummary:
         """Write ``df``'s rows to ``table`` with Kudu's ``operation``; returns once every
         batch is committed on a majority of its tablet's replicas.
 
         The rows are routed and encoded on the executors that hold them and shuffled to the
         replicas' hosts (:mod:`~pyspark_kudu.spark.dataplane`); only small refs reach the
         driver. ``progress`` is called as tablets' batches commit.
+
+        ``repartition=True`` (kudu-spark's ``kudu.repartition``) first shuffles the rows so
+        that each staging task holds one tablet's rows, sorted by primary key unless
+        ``repartition_sort=False`` (``kudu.repartition.sort``): each tablet then receives
+        batches of up to ``batch_rows`` rows from one task instead of a batch from every
+        input partition (:mod:`~pyspark_kudu.spark.repartition`).
 
         Raises:
             InvalidArgumentError: unknown operation, a column the table lacks, a missing key
@@ -337,11 +377,17 @@ class KuduContext:
             raise InvalidArgumentError(f"batch_rows must be >= 1, got {batch_rows}")
         locs = self.master.get_table(table)
         schema = locs.table.schema
-        check_write_columns(df.columns, schema, table)
+        check_write_columns(df.columns, schema, table, struct=df.schema)
         partitioner = Partitioner(schema, PartitionSchema.from_dict(
             locs.table.partition_schema, schema))
         write_id = uuid.uuid4().hex
         staging_root = self.warehouse if self._local else None
+        if repartition:
+            # Imported here: only this method of the context uses it.
+            from pyspark_kudu.spark.repartition import repartition_by_tablet
+
+            df = repartition_by_tablet(df, partitioner,
+                                       schema.primary_key if repartition_sort else ())
         try:
             staged = df.mapInArrow(
                 stage_batches(schema, partitioner, op, write_id, staging_root, batch_rows),
@@ -423,6 +469,7 @@ class KuduContext:
                 batches_done += 1
             if progress is not None:
                 progress(WriteProgress(rows_done, total_rows, batches_done, total_batches))
+        self._report_failed(leaders.values())
         if failure is not None:
             raise failure
         self._report_commits([leaders[t] for t in tablet_ids])
@@ -433,6 +480,24 @@ class KuduContext:
                 f"failed to write {len(errors)} rows to table {table} "
                 f"({written} written); sample errors: {sample}", errors, written)
         return summary
+
+    def _report_failed(self, leaders: Iterable[TabletLeader]) -> None:
+        """Tell the master about replicas that answered "failed" (corrupt files, full disk):
+        it marks them REPLACE and the healer replaces them (peer.py, failed replicas)."""
+        for lead in leaders:
+            for ts, why in list(lead.failed_replicas.items()):
+                key = (lead.tablet.tablet_id, ts)
+                if key in self._failed_reported:
+                    continue
+                try:
+                    self.master.set_replace(lead.tablet.tablet_id, ts)
+                except KuduError as e:  # retried with the next write or healing pass
+                    _log.warning("could not report failed replica %s of tablet %s: %s", ts,
+                                 lead.tablet.tablet_id, e)
+                    continue
+                self._failed_reported.add(key)
+                _log.warning("replica %s of tablet %s failed (%s): marked for replacement",
+                             ts, lead.tablet.tablet_id, why)
 
     def _report_commits(self, leaders: Sequence[TabletLeader]) -> None:
         """Record each tablet's leader, term and commit index in the master (DESIGN §3: scans
@@ -455,18 +520,23 @@ class KuduContext:
             self.master.heartbeat_to(address, TServerMeta(ts, loc.host, data_root=loc.root or ""),
                                      reports)
 
-    def _leaders_for(self, locs: TableLocations, tablet_ids: Sequence[str]
-                     ) -> dict[str, TabletLeader]:
+    def _leaders_for(self, locs: TableLocations, tablet_ids: Sequence[str],
+                     exclude: frozenset[str] = frozenset()) -> dict[str, TabletLeader]:
         """This client's leader of each tablet, electing the missing ones together
-        (:func:`elect_all`: four shared rounds), trying each reachable replica in turn."""
+        (:func:`elect_all`: four shared rounds), trying each reachable voter in turn.
+        A leader acting for a replica in ``exclude`` is given up and another elected."""
         with self._lock:
+            for tid in tablet_ids:
+                cur = self._leaders.get(tid)
+                if cur is not None and cur.leader_id in exclude:
+                    cur.abandon(f"replica {cur.leader_id} is leaving tablet {tid}")
             missing = [t for t in locs.tablets if t.tablet_id in set(tablet_ids)
                        and (self._leaders.get(t.tablet_id) is None
                             or self._leaders[t.tablet_id].node is None)]
-            unreachable = self.transport.unreachable()
-            candidates = {t.tablet_id: [r.ts_uuid for r in t.replicas
-                                        if r.ts_uuid not in unreachable] for t in missing}
-            voters = {t.tablet_id: tuple(r.ts_uuid for r in t.replicas) for t in missing}
+            unreachable = self.transport.unreachable() | exclude
+            candidates = {t.tablet_id: [v for v in t.voters if v not in unreachable]
+                          for t in missing}
+            voters = {t.tablet_id: t.voters for t in missing}
             errors: dict[str, KuduError] = {}
             while candidates:
                 batch = [TabletLeader(TabletReplicas(tid, voters[tid]), cands.pop(0),
@@ -474,7 +544,9 @@ class KuduContext:
                          for tid, cands in candidates.items() if cands]
                 if not batch:
                     break
-                for lead, res in elect_all(self.transport, batch).items():
+                elected = elect_all(self.transport, batch)
+                self._report_failed(batch)
+                for lead, res in elected.items():
                     tid = lead.tablet.tablet_id
                     if isinstance(res, Exception):
                         errors[tid] = res
@@ -490,6 +562,95 @@ class KuduContext:
                     + "; ".join(str(errors.get(t, "no reachable replica")) for t in failed[:3])
                     + ")")
             return {tid: self._leaders[tid] for tid in tablet_ids}
+
+    # -- healing (HealerTarget; see pyspark_kudu.spark.healing) --------------------------------
+    def replication_plan(self, max_actions: int = 0) -> list[dict[str, Any]]:
+        """The leader master's re-replication actions (see ``redrive.replication_plan``),
+        after reporting the failed replicas this client has seen."""
+        with self._lock:
+            leaders = list(self._leaders.values())
+        self._report_failed(leaders)
+        return list(self.master.call("replication_plan",
+                                     {"max_actions": max_actions})["actions"])
+
+    def execute_replication_action(self, action: dict[str, Any]) -> None:
+        """Carry out one planned action on the tablet's leader (electing this client for
+        it if needed) and report the new configuration to the master."""
+        kind, tid, ts = str(action["action"]), str(action["tablet_id"]), str(action["ts_uuid"])
+        if ts not in {s.uuid for s in self.servers}:
+            raise ServiceUnavailableError(
+                f"tablet server {ts} is not one of this application's ({kind} of {tid})")
+        locs = self.master.get_table(str(action["table_name"]))
+        tablet = next((t for t in locs.tablets if t.tablet_id == tid), None)
+        if tablet is None or tablet.config_index != int(action.get("cas_config_index", 0)):
+            return  # the plan is stale: the tablet changed since; the next pass decides
+        exclude = frozenset({ts}) if kind == "remove_replica" else frozenset()
+        lead = self._leaders_for(locs, [tid], exclude=exclude)[tid]
+
+        def run() -> None:
+            if kind in ("add_replica", "promote_replica"):
+                lead.add_replica(ts)
+            elif kind == "remove_replica":
+                lead.remove_replica(ts)
+            else:
+                raise InvalidArgumentError(f"unknown replication action {kind!r}")
+
+        try:
+            self._service.call(run).result()
+        except KuduError:
+            lead.abandon(f"{kind} of {ts} failed")
+            raise
+        self._report_config(lead)
+
+    def _report_config(self, lead: TabletLeader) -> None:
+        node = lead.node
+        if node is None:
+            return
+        cs = node.conf_state
+        members = tuple(ReplicaMeta(v, MemberType.VOTER) for v in sorted(cs.voters)) + tuple(
+            ReplicaMeta(v, MemberType.NON_VOTER) for v in sorted(cs.learners))
+        rep = TabletReport(lead.tablet.tablet_id, node.term, leader=lead.leader_id,
+                           committed_index=node.commit_index, config_index=lead.config_index,
+                           replicas=members)
+        loc = {s.uuid: s for s in self.servers}[lead.leader_id]
+        self.master.heartbeat_to(self.master.leader_address(),
+                                 TServerMeta(loc.uuid, loc.host, data_root=loc.root or ""),
+                                 [rep.to_dict()])
+
+    def sweep_replicas(self) -> int:
+        """Delete replicas the catalog says are evicted or of deleted tables, on every tablet
+        server with an executor (the master decides, from a report of what each holds).
+        Returns how many were deleted."""
+        live = self.transport.unreachable()
+        servers = [s for s in self.servers if s.uuid not in live]
+        if not servers:
+            return 0
+        try:
+            held = pinned_rdd(self.spark.sparkContext, [
+                ((s.uuid, s.root), [s.host]) for s in servers]).map(_list_replicas).collect()
+        except Exception as e:  # a host lost meanwhile: the next sweep
+            _log.warning("listing replicas failed: %s", root_cause(str(e)))
+            return 0
+        address = self.master.leader_address()
+        by_uuid = {s.uuid: s for s in servers}
+        doomed: list[tuple[tuple[str, str | None, tuple[str, ...]], list[str]]] = []
+        for ts, tids in held:
+            if not tids:
+                continue
+            s = by_uuid[ts]
+            out = self.master.heartbeat_to(
+                address, TServerMeta(s.uuid, s.host, data_root=s.root or ""),
+                [TabletReport(t, 0).to_dict() for t in tids])
+            dead = tuple(a["tablet_id"] for a in out.get("actions", ())
+                         if a.get("action") == "delete_tablet")
+            if dead:
+                doomed.append(((ts, s.root, dead), [s.host]))
+        if not doomed:
+            return 0
+        pinned_rdd(self.spark.sparkContext, doomed).map(_delete_replicas).collect()
+        n = sum(len(t[0][2]) for t in doomed)
+        _log.info("deleted %d evicted or orphaned replicas", n)
+        return n
 
     # -- reads -------------------------------------------------------------------------------
     def read_table(self, name: str, columns: Sequence[str] | None = None,
@@ -517,7 +678,9 @@ class KuduContext:
                 # it are committed for good, so its log may be read that far.
                 ts, known = tablet.leader, tablet.committed_index
             else:
-                live = [r.ts_uuid for r in tablet.replicas if r.ts_uuid not in unreachable]
+                # Voters first: a NON_VOTER may still be receiving its tablet copy.
+                live = [v for v in (*tablet.voters, *(r.ts_uuid for r in tablet.replicas))
+                        if v not in unreachable]
                 if not live:
                     raise ServiceUnavailableError(
                         f"tablet {tablet.tablet_id} of {name}: no replica is reachable")
@@ -540,6 +703,22 @@ def _delete_replicas(task: tuple[str, str | None, tuple[str, ...]]) -> tuple[str
     res = run_pinned(root, ts_uuid, lambda r: [
         delete_replica(r, tablet_dir(r, t), t) for t in tablet_ids])
     return ts_uuid, res.ok
+
+
+def _list_replicas(task: tuple[str, str | None]) -> tuple[str, list[str]]:
+    """The tablets with a replica on this tablet server (pinned; instance-checked)."""
+    ts, root_hint = task
+    root = local_data_root(root_hint)
+
+    def listing(r: str) -> list[str]:
+        base = os.path.join(r, "tablets")
+        if not os.path.isdir(base):
+            return []
+        return sorted(t for t in os.listdir(base)
+                      if not t.startswith(".") and tablet_dir(r, t).exists("meta"))
+
+    res = run_pinned(root, ts, listing)
+    return ts, list(res.value) if res.ok and res.value is not None else []
 
 
 def out_schema_to_spark(arrow: pa.Schema, schema: Schema) -> StructType:

@@ -49,6 +49,7 @@ from pyspark import SparkContext
 
 from pyspark_kudu.consensus.messages import Entry, Message
 from pyspark_kudu.errors import CorruptionError, InvalidArgumentError
+from pyspark_kudu.fileio import make_private_dirs, open_private
 from pyspark_kudu.partitioning import Partitioner
 from pyspark_kudu.schema import Schema
 from pyspark_kudu.spark.tserver import current_host, local_data_root
@@ -131,8 +132,8 @@ def stage_batches(schema: Schema, partitioner: Partitioner, op: OpType, write_id
             enc = encode_write_batch(schema, op, rows)
             rel = os.path.join(STAGING_DIR, write_id, f"{uuid.uuid4().hex}.bin")
             full = os.path.join(data_root, rel)
-            os.makedirs(os.path.dirname(full), exist_ok=True)
-            with open(full, "wb") as f:
+            make_private_dirs(os.path.dirname(full))
+            with open_private(full, "wb") as f:
                 f.write(enc)
             ref = StagedRef(host, data_root, rel, len(enc), google_crc32c.value(enc),
                             rows.num_rows, pidx, int(op))

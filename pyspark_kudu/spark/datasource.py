@@ -25,11 +25,28 @@ Where each piece runs (DESIGN §4) and what it does:
   removes what it staged on its own host.
 - **Reads**: one Spark partition per tablet left after pruning with the pushed predicates.
   Python data source partitions have no preferred locations, so a scan task runs wherever
-  Spark puts it and reads a replica whose data root it can open: the leader first (it
-  serves this client's committed writes at the known commit index), then the others; on a
-  cluster that is the local tablet server's replica if this host holds one. If none is
-  reachable the task fails saying so: use the pinned ``KuduContext.read_table()`` there.
-  Batches are cast to exactly the declared schema (types, time zone ``UTC``, nullability).
+  Spark puts it and picks its replica there (:meth:`KuduScanReader.read`):
+
+  1. replicas on this task's host first, then the others, each group leader first;
+  2. a replica is *reachable* when its tablet server's data root can be opened here and
+     its ``instance`` file names that tablet server. The root is the one the session
+     describes for that server (``TableInfo.tservers``), else, for a server on this host,
+     this host's own data root (``PYSPARK_KUDU_DATA_ROOT`` / ``spark.kudu.dataRoot``).
+     Known gap: ``KuduContext`` records roots only for local-mode virtual servers, so on a
+     cluster a task reads only a replica on its own host until the context also records
+     the roots its discovery job finds (then any task reaches any root it can open, e.g.
+     roots on a shared file system, or all roots of a one-machine test cluster);
+  3. read-your-writes: the leader is read at the commit index the client knows (its log is
+     the leader's log), a follower at that index as its snapshot, so a follower that has
+     not applied it yet is skipped (like a replica that is missing, lagging or unreadable)
+     and the next one is tried;
+  4. ``kudu.scanLocality=leader_only`` keeps only the reported leader.
+
+  If no replica is reachable the task fails with an error naming the table, the tablet,
+  the host and why each replica was skipped, pointing to ``KuduContext.read_table()``,
+  whose scans are pinned to the replicas' hosts (the scan to use on a cluster whose data
+  roots are local disks). Batches are cast to exactly the declared schema (types, time
+  zone ``UTC``, nullability).
 - **Streaming sink**: micro-batches are staged like writes; ``commit(messages, batchId)``
   asks the service for ``commit_stream``, which commits each ``(table, stream id, batch
   id)`` once, also across query restarts (window and replay semantics in the session
@@ -40,10 +57,12 @@ Where each piece runs (DESIGN §4) and what it does:
 
 Known limits: save mode ``append`` only (Spark refuses ``errorifexists``/``ignore`` for
 Python sources; ``overwrite`` and streaming ``complete`` mode are refused here: Kudu tables
-are not truncated by a write, as in kudu-spark). ``kudu.repartition`` cannot be applied
-(the writer receives the partitions as they are). ``kudu.splitSizeBytes`` does not split
-tablets. Spark does not push column pruning into Python sources: every column is scanned
-unless the reader is given a narrower schema (``spark.read.schema(...)``).
+are not truncated by a write, as in kudu-spark). ``kudu.repartition`` has no effect on
+``format("kudu")`` writes (the writer receives the partitions as Spark planned them; it
+works in ``KuduContext.write``). ``kudu.splitSizeBytes`` does not split tablets (why: see
+:mod:`~pyspark_kudu.spark.options`). Spark does not push column pruning into Python
+sources: every column is scanned unless the reader is given a narrower schema
+(``spark.read.schema(...)``).
 ``kudu.ignoreNull=true`` stages one batch per (null pattern, tablet) of each Arrow batch
 (:func:`without_null_values`): correct, but many small batches when nulls are scattered.
 
@@ -78,6 +97,7 @@ from pyspark.sql.types import StructType
 from pyspark_kudu.errors import (
     IllegalStateError,
     InvalidArgumentError,
+    NotFoundError,
     NotSupportedError,
     ServiceUnavailableError,
 )
@@ -186,7 +206,8 @@ class KuduDataSource(DataSource):
     def _write_plan(self, schema: StructType, opts: WriteOptions) -> _WritePlan:
         """What every writer task needs, once the DataFrame's columns fit the table."""
         client, info = self._describe(opts.table, opts.master)
-        check_write_columns(schema.names, info.schema, opts.table, opts.handle_schema_drift)
+        check_write_columns(schema.names, info.schema, opts.table, opts.handle_schema_drift,
+                            struct=schema)
         warn_repartition(opts)
         return _WritePlan.of(client.address, info, opts)
 
@@ -438,12 +459,14 @@ class KuduStreamWriter(_StagingWriter, DataSourceStreamArrowWriter):
 
 @dataclass(frozen=True)
 class ReplicaChoice:
-    """A replica a scan may read: its tablet server, that server's root in local mode
-    (None on a cluster: the executor's own data root), and whether it leads the tablet."""
+    """A replica a scan may read: its tablet server, that server's data root if the client
+    knows it (None: only a task on the server's own host can find it, as its own data
+    root), whether it leads the tablet, and the server's host ("" if unknown)."""
 
     ts_uuid: str
     root: str | None
     leader: bool
+    host: str = ""
 
 
 class TabletPartition(InputPartition):
@@ -481,29 +504,52 @@ class KuduScanReader(DataSourceReader):
                 # any replica serves it.
                 ordered = [t.leader]
             choices = tuple(ReplicaChoice(r, info.tservers.get(r, ("", None))[1],
-                                          r == t.leader) for r in ordered)
+                                          r == t.leader, info.tservers.get(r, ("", None))[0])
+                            for r in ordered)
             snapshot = opts.snapshot_index
             if snapshot is None and opts.fault_tolerant:
                 snapshot = t.known_commit
             out.append(TabletPartition(t.tablet_id, choices, snapshot, t.known_commit))
         return out
 
+    @staticmethod
+    def preference(replicas: Sequence[ReplicaChoice], host: str) -> list[ReplicaChoice]:
+        """``replicas`` in the order a task on ``host`` tries them: the ones on ``host``
+        first, each group in planning order (leader first)."""
+        return sorted(replicas, key=lambda c: c.host != host)
+
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, TabletPartition):
             return  # Spark's stand-in partition when pruning left no tablet
+        host = current_host()
         tried: list[str] = []
-        for choice in partition.replicas:
+        for choice in self.preference(partition.replicas, host):
             root, why = self._reachable(choice)
             if root is None:
                 tried.append(f"{choice.ts_uuid}: {why}")
                 continue
+            snapshot, known = partition.snapshot, partition.known_commit
+            implicit = False
+            if not choice.leader:
+                # A follower's log may hold uncommitted entries up to the leader's commit
+                # index, so it is never read "up to" that index (tabletlog.WalCommittedLog);
+                # reading *at* it as a snapshot is safe and keeps read-your-writes: a
+                # follower that has not applied it refuses (ServiceUnavailable).
+                implicit = snapshot is None and known is not None
+                snapshot = known if implicit else snapshot
+                known = None
             try:
                 streams = scan_replica(
                     root, partition.tablet_id, list(self.columns), self.predicates,
-                    partition.snapshot, partition.known_commit if choice.leader else None,
-                    batch_rows=self.opts.batch_size)
-            except ServiceUnavailableError as e:  # lagging behind the snapshot: next one
-                tried.append(f"{choice.ts_uuid}: {e}")
+                    snapshot, known, batch_rows=self.opts.batch_size)
+            except (ServiceUnavailableError, NotFoundError, OSError) as e:
+                # Lagging behind the snapshot, no replica files here, or unreadable files.
+                tried.append(f"{choice.ts_uuid}: {type(e).__name__}: {e}")
+                continue
+            except InvalidArgumentError as e:
+                if not implicit:
+                    raise  # the user's snapshot is older than the history kept
+                tried.append(f"{choice.ts_uuid}: {e}")  # our snapshot: try another replica
                 continue
             for data in streams:
                 for rb in pa.ipc.open_stream(data):
@@ -511,18 +557,25 @@ class KuduScanReader(DataSourceReader):
             return
         raise ServiceUnavailableError(
             f"table {self.opts.table}, tablet {partition.tablet_id}: no replica is readable "
-            f"from this task on {current_host()} ({'; '.join(tried)}). spark.read.format("
-            f"'kudu') tasks run where Spark places them; on a cluster with local data roots "
+            f"from this task on {host} ({'; '.join(tried)}). spark.read.format('kudu') tasks "
+            f"run where Spark places them and read a replica whose data root they can open; "
             f"use KuduContext.read_table(), whose scans are pinned to the replicas' hosts")
 
     def _reachable(self, choice: ReplicaChoice) -> tuple[str | None, str]:
-        if choice.root is not None:  # a local-mode virtual tablet server
-            if not os.path.isdir(choice.root):
-                return None, f"data root {choice.root} is not on this host"
+        """The data root to read ``choice`` from on this host, or None and why not."""
+        if choice.root is not None:  # the root the client knows for that tablet server
             root = choice.root
-        else:
+        elif not choice.host or choice.host == current_host():
             root = local_data_root(None, self.info.data_root_conf)
-        why = verify_instance(root, choice.ts_uuid)
+        else:
+            return None, (f"its data root on {choice.host} is not known to this client (only "
+                          f"a task on {choice.host} finds it, as that host's own data root)")
+        try:
+            if not os.path.isdir(root):
+                return None, f"data root {root} is not on this host"
+            why = verify_instance(root, choice.ts_uuid)
+        except OSError as e:
+            return None, f"data root {root} is not readable here ({e})"
         return (None, why) if why else (root, "")
 
     def _conform(self, rb: pa.RecordBatch) -> pa.RecordBatch:

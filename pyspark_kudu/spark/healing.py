@@ -82,6 +82,7 @@ class Healer:
         self.history: list[HealAction] = []
         self.passes = 0
         self.swept = 0
+        self.last_error = ""
         self._stop = threading.Event()
         self._pass_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, daemon=True, name="kudu-healer")
@@ -108,7 +109,7 @@ class Healer:
             try:
                 self._target.execute_replication_action(act)
                 outcome = "ok"
-            except KuduError as e:
+            except Exception as e:  # recorded and retried by a later pass
                 outcome = f"{type(e).__name__}: {e}"
                 _log.warning("healing: %s of tablet %s on %s failed: %s", act["action"],
                              act["tablet_id"], act["ts_uuid"], e)
@@ -128,6 +129,8 @@ class Healer:
                 while self.heal_once() and not self._stop.is_set():
                     pass  # more steps of a replacement may be due right away
             except KuduError as e:
+                self.last_error = f"{type(e).__name__}: {e}"
                 _log.warning("healing pass failed: %s", e)
             except Exception as e:  # the SparkContext may be stopping under us
-                _log.debug("healing pass failed: %s", e)
+                self.last_error = f"{type(e).__name__}: {e}"
+                _log.warning("healing pass failed: %s", e)

@@ -143,6 +143,9 @@ class TabletLeader:
         # every replica: application is deterministic), until a writer takes them.
         self._results: dict[int, WriteResult] = {}
         self.copies = 0  # tablet copies this leader made
+        # Replicas that answered "failed" (corrupt files, full disk), with why: the client
+        # reports them to the master, which has them replaced (peer.py, failed replicas).
+        self.failed_replicas: dict[str, str] = {}
         self.config_index = 0  # log index of the last configuration change it applied
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -201,6 +204,13 @@ class TabletLeader:
             raise FencedError(f"tablet {self.tablet.tablet_id}: replica {self.leader_id} did "
                               f"not vote for itself in term {term} ({why})")
         assert rd.hard_state is not None
+        if rd.entries:
+            # A single-voter group: the self-vote already won, and the Ready carries the new
+            # term's no-op. It is "persisted" by advance(), so L must really hold it first.
+            self._run_one(self.leader_id, PeerRequest(
+                RequestKind.PERSIST, self.tablet.tablet_id, self.leader_id, term=node.term,
+                entries=rd.entries, hard_state=rd.hard_state))
+            self._view.append(rd.entries)
         self._view.set_hard_state(rd.hard_state)
         node.advance(rd)
         return [m for m in rd.messages if m.type == MessageType.VOTE]
@@ -295,6 +305,8 @@ class TabletLeader:
             if resps is None:
                 continue
             for req, resp in zip(rnd.requests[ts], resps, strict=True):
+                if resp.replica_failed:
+                    self.failed_replicas[resp.replica_id] = resp.error
                 if req.kind == RequestKind.PERSIST:
                     if resp.fenced:
                         self.fenced_reason = resp.error
@@ -339,6 +351,8 @@ class TabletLeader:
         for _ in range(_MAX_ROUND_ATTEMPTS):
             out = self._transport.run({ts: [req]}).get(ts)
             if out is not None:
+                if out[0].replica_failed:
+                    self.failed_replicas[ts] = out[0].error
                 if allow_error and not out[0].ok and out[0].error.startswith(allow_error):
                     return out[0]
                 if not out[0].ok:
@@ -575,6 +589,8 @@ def elect_all(transport: PeerTransport, leaders: Sequence[TabletLeader]
             if resps is not None:
                 for lead, resp in zip(owners[ts], resps, strict=True):
                     got[lead] = resp
+                    if resp.replica_failed:
+                        lead.failed_replicas[resp.replica_id] = resp.error
         return got
 
     states = merged({lead: PeerRequest(RequestKind.READ_STATE, lead.tablet.tablet_id,
@@ -604,6 +620,8 @@ def elect_all(transport: PeerTransport, leaders: Sequence[TabletLeader]
     by_tablet = {lead.tablet.tablet_id: lead for lead in asking}
     for resps in answers.values():
         for resp in resps or ():
+            if resp.replica_failed:
+                by_tablet[resp.tablet_id].failed_replicas[resp.replica_id] = resp.error
             node = by_tablet[resp.tablet_id].node
             if node is not None:
                 for m in resp.messages:

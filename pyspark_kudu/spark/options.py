@@ -16,9 +16,15 @@ Decisions (DESIGN §6: names and defaults follow kudu-spark):
 - ``kudu.operation`` (default ``upsert``); ``kudu.ignoreDuplicateRowErrors=true`` turns
   ``insert`` into ``insert_ignore`` (kudu-spark's deprecated spelling of the same thing).
 - ``kudu.batchSize``: rows per staged write batch (default 65536) and rows per scan batch.
-- ``kudu.repartition``: accepted and validated, but a Python data source writer receives
-  the DataFrame's partitions as they are, so it cannot repartition by tablet; repartition
-  the DataFrame yourself if you want fewer tablets per task (the writer logs a warning).
+- ``kudu.repartition`` (default ``false``) and ``kudu.repartition.sort`` (default ``true``,
+  used only with ``kudu.repartition=true``), as in kudu-spark: shuffle the rows so that each
+  write task holds one tablet's rows, sorted by primary key
+  (:mod:`~pyspark_kudu.spark.repartition`). Effective in
+  ``KuduContext.write(df, table, repartition=True, repartition_sort=...)`` (and the jobs
+  built on it). With ``df.write.format("kudu")`` both are validated but have **no effect**:
+  a Python data source writer receives the DataFrame's partitions as Spark planned them and
+  cannot add a shuffle before itself, so the writer logs a warning saying so; use
+  ``KuduContext.write`` or repartition the DataFrame before ``.write``.
 - ``kudu.handleSchemaDrift=true``: kudu-spark would add the DataFrame's extra columns with
   ALTER TABLE; pyspark-kudu has no ALTER TABLE yet, so extra columns are an error naming
   them (with ``false`` they are the same error :meth:`KuduContext.write` raises).
@@ -28,8 +34,15 @@ Decisions (DESIGN §6: names and defaults follow kudu-spark):
   every tablet's own log, so it is meaningful for one-tablet tables or for repeating a scan.
 - ``kudu.faultTolerantScan=true`` fixes each tablet's snapshot at planning time (the commit
   index this client knows), so retried scan tasks read the same rows.
-- ``kudu.splitSizeBytes``: validated, but scans are one Spark partition per tablet; splitting
-  a tablet by key range needs rowset statistics the client does not have at planning time.
+- ``kudu.splitSizeBytes``: validated, but scans stay one Spark partition per tablet. Kudu
+  splits a tablet by asking its tablet server for key ranges of about that size
+  (``SplitKeyRange``, computed from rowset statistics) while the scan is planned. Here a
+  tablet server is a data root that only Spark tasks on its host touch, and ``partitions()``
+  runs in a Python worker on the driver host with no SparkContext, so planning cannot run a
+  task on a replica's host to ask. Deriving the ranges inside the scan tasks instead would
+  need every task of a tablet to compute the same bounds, but the tasks may read different
+  replicas, whose rowset layouts differ (each flushes and compacts on its own), so rows
+  could be read twice or not at all.
 - ``kudu.master``: only the master of the session that registered the source is supported.
 
 Filters (``pushFilters``): ``EqualTo``, ``GreaterThan(OrEqual)``, ``LessThan(OrEqual)``,
@@ -65,6 +78,7 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
     Not,
 )
+from pyspark.sql.types import StructType
 
 from pyspark_kudu.errors import InvalidArgumentError, NotSupportedError
 from pyspark_kudu.master.client import parse_master_addresses
@@ -108,7 +122,7 @@ _KNOWN = (
     "kudu.master", "kudu.table",
     # writes
     "kudu.operation", "kudu.ignoreNull", "kudu.ignoreDuplicateRowErrors", "kudu.batchSize",
-    "kudu.repartition", "kudu.handleSchemaDrift", "kudu.streamId",
+    "kudu.repartition", "kudu.repartition.sort", "kudu.handleSchemaDrift", "kudu.streamId",
     # reads
     "kudu.scanLocality", "kudu.snapshotIndex", "kudu.snapshotTimestampMicros",
     "kudu.faultTolerantScan", "kudu.splitSizeBytes",
@@ -127,6 +141,7 @@ class WriteOptions:
     ignore_null: bool = False
     batch_size: int = DEFAULT_BATCH_SIZE
     repartition: bool = False
+    repartition_sort: bool = True
     handle_schema_drift: bool = False
     stream_id: str | None = None
 
@@ -226,6 +241,8 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         ignore_null=parse_bool("kudu.ignoreNull", _get(options, "kudu.ignoreNull")),
         batch_size=DEFAULT_BATCH_SIZE if batch is None else batch,
         repartition=parse_bool("kudu.repartition", _get(options, "kudu.repartition")),
+        repartition_sort=parse_bool("kudu.repartition.sort",
+                                    _get(options, "kudu.repartition.sort"), default=True),
         handle_schema_drift=parse_bool("kudu.handleSchemaDrift",
                                        _get(options, "kudu.handleSchemaDrift")),
         stream_id=None if stream_id is None else stream_id_option(stream_id),
@@ -301,9 +318,12 @@ def check_master(option: str | None, session_addresses: Sequence[str]) -> None:
 
 
 def check_write_columns(names: Sequence[str], schema: Schema, table: str,
-                        handle_schema_drift: bool = False) -> None:
+                        handle_schema_drift: bool = False,
+                        struct: StructType | None = None) -> None:
     """The DataFrame's columns against the table (same rules and texts as
-    :meth:`KuduContext.write`): no column the table lacks, every key column present.
+    :meth:`KuduContext.write`): no column the table lacks, every key column present, and,
+    given the DataFrame's ``struct``, no column of another type family
+    (:meth:`~pyspark_kudu.schema.Schema.check_write_types`).
 
     Raises:
         InvalidArgumentError: naming the offending columns; nothing is written.
@@ -324,6 +344,8 @@ def check_write_columns(names: Sequence[str], schema: Schema, table: str,
     if missing:
         raise InvalidArgumentError(
             f"table {table}: the DataFrame lacks primary key columns {missing}")
+    if struct is not None:
+        schema.check_write_types(struct, table)
 
 
 # -- filters -------------------------------------------------------------------------------
@@ -408,6 +430,8 @@ def warn_repartition(options: WriteOptions) -> None:
     """Log that ``kudu.repartition=true`` cannot be honoured by a Python data source."""
     if options.repartition:
         _log.warning(
-            "kudu.repartition=true is accepted but not applied: a Python data source writer "
-            "receives the DataFrame's partitions as they are; repartition the DataFrame "
-            "before writing (rows are still routed to the right tablets)")
+            "table %s: kudu.repartition=true has no effect on df.write.format('kudu'): a "
+            "Python data source writer receives the DataFrame's partitions as Spark planned "
+            "them; use KuduContext.write(df, table, repartition=True) or repartition the "
+            "DataFrame before writing (rows are still routed to the right tablets)",
+            options.table)

@@ -33,6 +33,14 @@ INSTALL_COPY   store delivered copy parts ``[lo, lo + len(entries))`` of ``hi``;
 DROP_COPY      remove the staged parts of copy ``copy_id`` on this host.
 =============  ==============================================================================
 
+**Failed replicas** (DESIGN §5): a replica whose files turn out corrupt (a bad CRC inside the
+log, an unreadable rowset or metadata) or whose disk is full or failing is marked failed: a
+``failed`` file in its directory records why, and from then on every request for it --
+scans included -- is refused with ``replica_failed`` set, so it never serves data again. The
+client reports it to the master (a REPLACE mark) and it is replaced like a dead one; its files
+go when the sweep deletes the evicted replica. A bad CRC at the very tail of the last WAL
+segment is a torn write, which WAL recovery truncates: that is not a failure.
+
 Where a replica's configuration is applied: a follower applies configuration entries when
 they commit (module rule 5 of :mod:`pyspark_kudu.consensus.raft`). The index up to which
 that happened is kept in ``<tablet>/applied`` (atomic replace) with the configuration in
@@ -51,6 +59,7 @@ Thread-safety: :func:`handle_requests` is reentrant; per-replica exclusion is th
 from __future__ import annotations
 
 import enum
+import errno
 import json
 import random
 from collections.abc import Iterator, Mapping, Sequence
@@ -70,8 +79,16 @@ from pyspark_kudu.consensus.messages import (
 )
 from pyspark_kudu.consensus.raft import Config, RaftNode
 from pyspark_kudu.consensus.storage import bootstrap
-from pyspark_kudu.errors import CompactedError, InvalidArgumentError, KuduError, NotFoundError
-from pyspark_kudu.fileio import FileIO
+from pyspark_kudu.errors import (
+    CompactedError,
+    CorruptionError,
+    DiskFullError,
+    InvalidArgumentError,
+    KuduError,
+    NotFoundError,
+    ServiceUnavailableError,
+)
+from pyspark_kudu.fileio import FileIO, open_private
 from pyspark_kudu.schema import Predicate, Schema
 from pyspark_kudu.spark.dataplane import (
     WAL_REF_MIN_BYTES,
@@ -89,6 +106,7 @@ from pyspark_kudu.wal import WalOptions, WalStorage
 from pyspark_kudu.wal.meta import META_FILE
 
 __all__ = [
+    "FAILED_FILE",
     "WRITERS_FILE",
     "PeerRequest",
     "PeerResponse",
@@ -104,6 +122,9 @@ __all__ = [
 _TAIL_LIMIT_BYTES = 64 * 1024 * 1024
 _APPLIED_FILE = "applied"
 WRITERS_FILE = "writers"
+FAILED_FILE = "failed"
+# OS errors that mean the replica's disk failed it (not e.g. a descriptor limit).
+_DISK_ERRNOS = frozenset({errno.EIO, errno.ENOSPC, errno.EROFS, errno.EDQUOT})
 
 
 class RequestKind(enum.Enum):
@@ -163,6 +184,7 @@ class PeerResponse:
     applied: tuple[int, ...] = field(default=())
     results: tuple[WriteResult, ...] = ()
     installed: bool = False
+    replica_failed: bool = False
 
 
 class _TabletSink:
@@ -263,6 +285,27 @@ def scan_replica(
     """
     io = tablet_dir(root, tablet_id)
     _require_replica(io, tablet_id)
+    why = failed_reason(io)
+    if why is not None:
+        raise ServiceUnavailableError(
+            f"replica of tablet {tablet_id} under {root} is failed and serves nothing ({why})")
+    try:
+        return _scan_open(root, io, tablet_id, columns, predicates, snapshot, known_commit,
+                          options, batch_rows)
+    except (CorruptionError, DiskFullError, OSError) as e:
+        if isinstance(e, OSError) and e.errno not in _DISK_ERRNOS:
+            raise
+        mark_failed(io, f"{type(e).__name__}: {e}")
+        raise ServiceUnavailableError(
+            f"replica of tablet {tablet_id} under {root} failed during a scan ({e}); it "
+            f"serves nothing from now on") from e
+
+
+def _scan_open(
+    root: str, io: FileIO, tablet_id: str, columns: Sequence[str] | None,
+    predicates: Sequence[Predicate], snapshot: int | None, known_commit: int | None,
+    options: WalOptions | None, batch_rows: int,
+) -> list[bytes]:
     # Opening a tablet may flush, hence ``mutate``.
     with open_replica(root, io, tablet_id, options, mutate=True) as handle:
         storage = handle.storage
@@ -335,10 +378,47 @@ def _handle_one(
                               RequestKind.DROP_COPY)
     io = tablet_dir(root, req.tablet_id)
     _require_replica(io, req.tablet_id, create=req.kind == RequestKind.CREATE)
-    with open_replica(root, io, req.tablet_id, options, mutate) as handle:
-        applied = _read_applied(io)
-        sink = _TabletSink(root, req.tablet_id, handle, applied)
-        return _dispatch(root, req, host, io, handle.storage, applied, sink)
+    if io.exists(FAILED_FILE):
+        return _failed_response(req, host, io)
+    try:
+        with open_replica(root, io, req.tablet_id, options, mutate) as handle:
+            applied = _read_applied(io)
+            sink = _TabletSink(root, req.tablet_id, handle, applied)
+            return _dispatch(root, req, host, io, handle.storage, applied, sink)
+    except (CorruptionError, DiskFullError, OSError) as e:
+        if isinstance(e, OSError) and e.errno not in _DISK_ERRNOS:
+            raise
+        why = f"{type(e).__name__}: {e}"
+        mark_failed(io, why)
+        return _failed_response(req, host, io, why)
+
+
+def mark_failed(io: FileIO, reason: str) -> None:
+    """Mark the replica under ``io`` failed (see module docs). Best effort on a full disk:
+    the marker is tiny, and a replica that cannot even record it fails again next time."""
+    try:
+        io.atomic_write(reason.encode(), FAILED_FILE)
+    except (OSError, KuduError):
+        pass
+
+
+def failed_reason(io: FileIO) -> str | None:
+    """Why the replica under ``io`` was marked failed, or None if it was not."""
+    if not io.exists(FAILED_FILE):
+        return None
+    try:
+        return io.read_bytes(FAILED_FILE).decode(errors="replace") or "unknown"
+    except OSError as e:
+        return f"unreadable failure record ({e})"
+
+
+def _failed_response(req: PeerRequest, host: str, io: FileIO, why: str | None = None
+                     ) -> PeerResponse:
+    return PeerResponse(req.tablet_id, req.replica_id, ok=False, host=host,
+                        replica_failed=True,
+                        error=f"ReplicaFailedError: replica {req.replica_id} of tablet "
+                              f"{req.tablet_id} on {host} is failed and serves nothing "
+                              f"({why or failed_reason(io)}); it is being replaced")
 
 
 def _dispatch(
@@ -469,7 +549,7 @@ def _step_follower(
 def _record_writer(io: FileIO, host: str, entries: Sequence[Entry]) -> None:
     """Append ``<host> <first> <last>`` to ``<tablet>/writers``: which host wrote which log
     entries, so tests (and operators) can check that only the replica's host ever did."""
-    with open(io.local_path(WRITERS_FILE), "a") as f:
+    with open_private(io.local_path(WRITERS_FILE), "a") as f:
         f.write(f"{host} {entries[0].index} {entries[-1].index}\n")
 
 

@@ -37,7 +37,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from pyspark_kudu.fileio import FileIO
+from pyspark_kudu.fileio import FILE_MODE, FileIO, open_private
 from pyspark_kudu.spark.tabletlog import WalCommittedLog
 from pyspark_kudu.tablet import Tablet
 from pyspark_kudu.wal import WalOptions, WalStorage
@@ -107,7 +107,7 @@ def _read_generation(io: FileIO) -> int:
 def _write_generation(io: FileIO, gen: int) -> None:
     path = io.local_path(_GEN_FILE)
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
+    with open_private(tmp, "wb") as f:
         f.write(str(gen).encode())
     os.replace(tmp, path)
 
@@ -120,7 +120,7 @@ def open_replica(root: str, tablet_dir: FileIO, tablet_id: str, options: WalOpti
     io = tablet_dir
     io.makedirs()
     key = (root, tablet_id)
-    fd = os.open(io.local_path(_LOCK_FILE), os.O_CREAT | os.O_RDWR, 0o644)
+    fd = os.open(io.local_path(_LOCK_FILE), os.O_CREAT | os.O_RDWR, FILE_MODE)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         gen = _read_generation(io)
@@ -166,7 +166,7 @@ def delete_replica(root: str, tablet_dir: FileIO, tablet_id: str) -> bool:
     io = tablet_dir
     if not io.exists():
         return False
-    fd = os.open(io.local_path(_LOCK_FILE), os.O_CREAT | os.O_RDWR, 0o644)
+    fd = os.open(io.local_path(_LOCK_FILE), os.O_CREAT | os.O_RDWR, FILE_MODE)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         with _cache_lock:

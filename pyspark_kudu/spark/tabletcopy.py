@@ -52,7 +52,7 @@ from pyspark_kudu.consensus.messages import (
     SnapshotMetadata,
 )
 from pyspark_kudu.errors import CorruptionError, IllegalStateError, InvalidArgumentError
-from pyspark_kudu.fileio import FileIO
+from pyspark_kudu.fileio import FileIO, make_private_dirs, open_private
 from pyspark_kudu.spark.dataplane import STAGING_DIR, StagedRef
 from pyspark_kudu.spark.replicas import ReplicaHandle
 from pyspark_kudu.spark.tabletlog import WalCommittedLog
@@ -103,7 +103,7 @@ def copy_out(root: str, host: str, tablet_id: str, handle: ReplicaHandle, applie
     term = storage.term(applied) if applied > 0 else 0
     rel_dir = os.path.join(STAGING_DIR, f"copy-{copy_id}")
     out_dir = os.path.join(root, rel_dir)
-    os.makedirs(out_dir, exist_ok=True)
+    make_private_dirs(out_dir)
     parts: list[StagedRef] = []
     current: list[bytes] = []
     size = 0
@@ -112,7 +112,7 @@ def copy_out(root: str, host: str, tablet_id: str, handle: ReplicaHandle, applie
         nonlocal current, size
         data = b"".join(current)
         name = f"part-{len(parts):06d}"
-        with open(os.path.join(out_dir, name), "wb") as f:
+        with open_private(os.path.join(out_dir, name), "wb") as f:
             f.write(data)
         parts.append(StagedRef(host, root, os.path.join(rel_dir, name), len(data),
                                google_crc32c.value(data), 0, -1))
@@ -163,11 +163,11 @@ def install_copy(root: str, tablet_id: str, handle: ReplicaHandle, copy_id: str,
             f"tablet {tablet_id}: this replica is already at or past index {snapshot.index} "
             f"(log starts after {storage.first_index() - 1}); a copy would take it back")
     in_dir = io.local_path(_COPY_IN, copy_id)
-    os.makedirs(in_dir, exist_ok=True)
+    make_private_dirs(in_dir)
     for k, e in enumerate(parts):
         path = os.path.join(in_dir, f"part-{first_part + k:06d}")
         tmp = path + ".tmp"
-        with open(tmp, "wb") as f:
+        with open_private(tmp, "wb") as f:
             f.write(e.data)
             f.flush()
             os.fsync(f.fileno())

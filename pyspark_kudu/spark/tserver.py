@@ -10,6 +10,11 @@ tablet servers carry theirs in the payload), the ``PYSPARK_KUDU_DATA_ROOT`` envi
 variable of the executor (set per worker on the test cluster), then the Spark conf
 ``spark.kudu.dataRoot`` (same on every host), then ``/tmp/pyspark-kudu``.
 
+Security: a data root holds the replicas' WAL, metadata and rows. :func:`ensure_instance`
+creates it (and everything below it, through :class:`~pyspark_kudu.fileio.FileIO`) private
+to the executor's user, and refuses a local root another user owns or every user may write to --
+the default root lives in ``/tmp``, where another user could have created it first.
+
 Thread-safety: functions only; the instance file is created with an atomic replace, and a
 race between two creators is resolved by re-reading (first writer wins on rename order;
 both then read the same file).
@@ -20,12 +25,13 @@ from __future__ import annotations
 import json
 import os
 import socket
+import stat
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark_kudu.errors import CorruptionError
+from pyspark_kudu.errors import CorruptionError, InvalidArgumentError
 from pyspark_kudu.fileio import FileIO
 
 __all__ = [
@@ -34,6 +40,7 @@ __all__ = [
     "INSTANCE_FILE",
     "PinnedResult",
     "TabletServerInfo",
+    "check_private_root",
     "ensure_instance",
     "local_data_root",
     "read_instance",
@@ -91,10 +98,17 @@ def read_instance(root: str) -> str | None:
 
 
 def ensure_instance(root: str) -> TabletServerInfo:
-    """Create the instance file under ``root`` if missing; return this tablet server's identity."""
+    """Create the instance file under ``root`` if missing; return this tablet server's identity.
+
+    Raises:
+        InvalidArgumentError: a local ``root`` owned by another user or writable by others.
+    """
+    io = FileIO(root)
+    if io.is_local:
+        io.makedirs()
+        check_private_root(io.local_path())
     existing = read_instance(root)
     if existing is None:
-        io = FileIO(root)
         io.makedirs()
         doc = {"uuid": uuid.uuid4().hex, "format_version": _FORMAT_VERSION,
                "created_on": socket.gethostname()}
@@ -102,6 +116,24 @@ def ensure_instance(root: str) -> TabletServerInfo:
         existing = read_instance(root)
         assert existing is not None
     return TabletServerInfo(existing, current_host(), root)
+
+
+def check_private_root(path: str) -> None:
+    """Refuse a data root that another user owns or that every user may write to.
+
+    Raises:
+        InvalidArgumentError: naming the root, its owner or mode, and the fix.
+    """
+    st = os.stat(path)
+    if st.st_uid != os.geteuid():
+        raise InvalidArgumentError(
+            f"data root {path} belongs to uid {st.st_uid}, not to this process's user "
+            f"(uid {os.geteuid()}): another user could read or forge its replicas; choose "
+            f"another root (spark.kudu.dataRoot / {DATA_ROOT_ENV})")
+    if st.st_mode & stat.S_IWOTH:
+        raise InvalidArgumentError(
+            f"data root {path} has mode {stat.S_IMODE(st.st_mode):04o}: every user may "
+            f"write to it; run chmod o-w {path} or choose another root")
 
 
 def current_host() -> str:

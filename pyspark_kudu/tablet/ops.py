@@ -17,6 +17,13 @@ batch takes its default (or null) on INSERT, and keeps its old value on UPDATE a
 path of UPSERT; a non-null column without a default must be supplied when the batch has
 INSERT or UPSERT rows; DELETE rows only need the key. Nulls in a present column *set* null.
 
+Values are converted to the column's type only within a family, with overflow and precision
+checks (``safe`` casts): numbers (integers, floats, decimals) to numbers, strings to strings,
+binaries to binaries, dates to dates, timestamps to timestamps (any unit or time zone), and
+an all-null column to anything. A string is never parsed into a number or a date, nor a
+number formatted into a string: a DataFrame whose column has the wrong type is refused,
+naming the column, instead of being accepted or refused depending on its values.
+
 Thread-safety: all functions are pure; the dataclasses are immutable.
 """
 
@@ -32,7 +39,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from pyspark_kudu.errors import InvalidArgumentError
-from pyspark_kudu.schema import RESERVED_PREFIX, Schema, type_to_str
+from pyspark_kudu.schema import RESERVED_PREFIX, Schema, type_family, type_to_str
 
 __all__ = [
     "MAGIC",
@@ -181,6 +188,12 @@ def encode_write_batch(schema: Schema,
             continue
         arr = table.column(col.name).combine_chunks()
         if arr.type != col.type:
+            if type_family(arr.type) != type_family(col.type) and not pa.types.is_null(arr.type):
+                raise InvalidArgumentError(
+                    f"column {col.name!r}: cannot convert {arr.type} values to"
+                    f" {type_to_str(col.type)}: the table stores {type_family(col.type)} values"
+                    f" here, the batch has {type_family(arr.type)} values; cast the data first"
+                )
             try:
                 arr = arr.cast(col.type, safe=True)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:

@@ -57,12 +57,24 @@ def _add_master_group(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
                                           f"${TOKEN_ENV}")
     run.add_argument("--fsync", default="fdatasync", choices=["fdatasync", "fsync", "none"],
                      help="WAL sync policy ('none' is for benchmarks only)")
-    run.add_argument("--location-mapping-cmd", help="Kudu's --location_mapping_cmd")
+    run.add_argument("--location-mapping-cmd",
+                     help="Kudu's --location_mapping_cmd (split like a shell would, run "
+                          "without one; the host is appended)")
+    run.add_argument("--location-mapping-timeout-s", type=float, default=10.0,
+                     help="kill the location mapping command after this many seconds and "
+                          "refuse the registration (default 10)")
+    run.add_argument("--allow-unauthenticated", action="store_true",
+                     help="serve on a non-loopback --listen address without a token "
+                          "(trusted networks only)")
     run.add_argument("--tick-ms", type=float, default=50.0, help="Raft tick (default 50 ms)")
     run.add_argument("--election-ticks", type=int, default=20,
                      help="election timeout in ticks, randomised up to twice (default 20)")
     run.add_argument("--op-timeout-s", type=float, default=10.0,
                      help="how long a DDL waits to commit before answering TimedOut")
+    run.add_argument("--follower-unavailable-considered-failed-sec", type=float, default=300.0,
+                     help="a tablet server unheard of for this long has its replicas replaced "
+                          "elsewhere (Kudu's follower_unavailable_considered_failed_sec; "
+                          "default 300)")
     run.add_argument("--log-level", default="INFO", help="Python logging level (default INFO)")
     run.set_defaults(func=_master_run, verb_parser=run)
 
@@ -114,7 +126,12 @@ def _master_run(args: argparse.Namespace) -> int:
     cfg = MasterServerConfig(
         id=args.id, peers=parse_peers(args.peers), data_dir=args.data_dir,
         listen=args.listen, token=token, join=bool(args.join), sync=args.fsync,
-        location_mapping_cmd=args.location_mapping_cmd, op_timeout_s=float(args.op_timeout_s),
+        location_mapping_cmd=args.location_mapping_cmd,
+        location_mapping_timeout_s=float(args.location_mapping_timeout_s),
+        allow_unauthenticated=bool(args.allow_unauthenticated),
+        op_timeout_s=float(args.op_timeout_s),
+        follower_unavailable_considered_failed_s=float(
+            args.follower_unavailable_considered_failed_sec),
         replica=ReplicaOptions(tick_interval_s=float(args.tick_ms) / 1000.0,
                                election_ticks=int(args.election_ticks)),
     )

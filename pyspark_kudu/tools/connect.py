@@ -30,7 +30,9 @@ Thread-safety: functions and immutable values; a :class:`Source` is used by one 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import stat
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -149,9 +151,19 @@ def add_format_arg(p: argparse.ArgumentParser) -> None:
 
 
 def read_token(token_file: str | None) -> str | None:
-    """The token from ``token_file``, else ``$PYSPARK_KUDU_MASTER_TOKEN``, else None."""
+    """The token from ``token_file``, else ``$PYSPARK_KUDU_MASTER_TOKEN``, else None.
+
+    A token file that other users can read is used, with a warning naming the fix: the
+    token is the only thing between the network and the catalog.
+    """
     if token_file:
         try:
+            mode = os.stat(token_file).st_mode
+            if mode & (stat.S_IRWXG | stat.S_IRWXO):
+                logging.getLogger(__name__).warning(
+                    "token file %s has mode %04o: other users can read the masters' "
+                    "shared secret; run chmod 600 %s", token_file, stat.S_IMODE(mode),
+                    token_file)
             with open(token_file, encoding="utf-8") as f:
                 return f.read().strip() or None
         except OSError as e:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
 from pyspark import cloudpickle
@@ -39,9 +40,10 @@ from pyspark.sql.types import (
 )
 
 from pyspark_kudu.errors import InvalidArgumentError, ServiceUnavailableError
-from pyspark_kudu.partitioning import HashDimension, PartitionSchema, RangePartition
-from pyspark_kudu.spark.context import KuduContext
+from pyspark_kudu.partitioning import HashDimension, Partitioner, PartitionSchema, RangePartition
+from pyspark_kudu.spark.context import KuduContext, WriteProgress
 from pyspark_kudu.spark.datasource import KuduDataSource
+from pyspark_kudu.spark.repartition import repartition_by_tablet
 from pyspark_kudu.spark.session import SessionAddress, SessionClient, SessionService
 
 STRUCT = StructType([StructField("id", LongType(), False), StructField("v", StringType(), True)])
@@ -429,3 +431,77 @@ def test_the_registered_class_carries_its_session_by_value(
          str(pickled)], check=True, capture_output=True, text=True).stdout.split()
     assert out == ["kudu", str(address.port), address.secret, "KuduDataSource"]
     assert KuduDataSource.session is None  # the base stays unbound
+
+
+# -- kudu.repartition ---------------------------------------------------------------------------
+
+
+def _batches_per_write(ctx: KuduContext, df: DataFrame, table: str, **kw: bool) -> int:
+    """How many staged batches ``ctx.write`` replicated (from its progress reports)."""
+    seen: list[WriteProgress] = []
+    ctx.write(df, table, "upsert", progress=seen.append, **kw)
+    return seen[-1].batches_total
+
+
+def test_repartition_gives_each_tablet_one_staging_task_and_one_batch(
+    spark: SparkSession, ctx: KuduContext,
+) -> None:
+    table = new_table(ctx)  # 3 hash tablets
+    data = [(i, f"v{i}") for i in range(120)]
+    df = spark.createDataFrame(data, STRUCT).repartition(4)  # every partition hits every tablet
+    assert _batches_per_write(ctx, df, table) == 12  # one batch per (input partition, tablet)
+    assert _batches_per_write(ctx, df, table, repartition=True) == 3  # one per tablet
+    assert _batches_per_write(ctx, df, table, repartition=True, repartition_sort=False) == 3
+    assert_df_equality(load(spark, table), spark.createDataFrame(data, STRUCT),
+                       ignore_row_order=True, ignore_metadata=True)
+
+
+def test_repartition_by_tablet_puts_tablet_i_in_partition_i_sorted_by_key(
+    spark: SparkSession, ctx: KuduContext,
+) -> None:
+    struct = StructType([StructField("a", LongType(), False), StructField("b", StringType(), False),
+                         StructField("v", IntegerType(), True)])
+    ps = PartitionSchema((HashDimension(("a",), 2),), range_columns=("b",),
+                         ranges=(RangePartition(None, ("m",)), RangePartition(("m",), None)))
+    table = new_table(ctx, struct, keys=("a", "b"), partitioning=ps)
+    locs = ctx.master.get_table(table)
+    schema = locs.table.schema
+    partitioner = Partitioner(schema, PartitionSchema.from_dict(locs.table.partition_schema,
+                                                                schema))
+    data = [(i % 17, chr(ord("a") + i % 26), i) for i in range(300, 0, -1)]
+    df = spark.createDataFrame(data, struct).repartition(3)
+    out = repartition_by_tablet(df, partitioner, schema.primary_key)
+    parts = out.rdd.glom().collect()
+    assert len(parts) == partitioner.num_partitions == 4
+    for i, part in enumerate(parts):
+        assert part, f"tablet {i} received no rows"
+        routed = partitioner.route_batch(pa.table({"a": [r.a for r in part],
+                                                   "b": [r.b for r in part]}))
+        assert set(routed.tolist()) == {i}
+        keys = [(r.a, r.b) for r in part]
+        assert keys == sorted(keys)
+    assert sorted(tuple(r) for p in parts for r in p) == sorted(data)
+    ctx.write(df, table, repartition=True)
+    assert rows(load(spark, table)) == sorted(data)
+
+
+def test_repartition_options_are_validated_on_format_kudu_writes(
+    spark: SparkSession, ctx: KuduContext,
+) -> None:
+    table = new_table(ctx)
+    df = spark.createDataFrame([(1, "a"), (2, "b")], STRUCT)
+    save(df, table, **{"kudu.repartition": "true", "kudu.repartition.sort": "false"})
+    assert rows(load(spark, table)) == [(1, "a"), (2, "b")]
+    with pytest.raises(Exception, match=re.escape("kudu.repartition.sort must be true or false")):
+        save(df, table, **{"kudu.repartition": "true", "kudu.repartition.sort": "maybe"})
+
+
+def test_a_repartitioned_write_refuses_bad_rows_like_any_write(
+    spark: SparkSession, ctx: KuduContext,
+) -> None:
+    table = new_table(ctx)
+    nullable_key = StructType([StructField("id", LongType(), True), *STRUCT.fields[1:]])
+    with pytest.raises(InvalidArgumentError, match="'id' is NOT NULL"):
+        ctx.write(spark.createDataFrame([(1, "a"), (None, "b")], nullable_key), table,
+                  repartition=True)
+    assert load(spark, table).count() == 0

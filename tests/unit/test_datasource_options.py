@@ -379,3 +379,46 @@ def test_a_scan_task_that_reaches_no_replica_says_so_and_names_read_table(
     assert "is not on this host" in text and f"belongs to tablet server {other.uuid}" in text
     # Spark's stand-in partition (every tablet pruned) reads nothing.
     assert list(reader.read(InputPartition(None))) == []
+
+
+def test_repartition_sort_follows_kudu_spark_defaults() -> None:
+    w = parse_write_options(opts())
+    assert (w.repartition, w.repartition_sort) == (False, True)
+    w = parse_write_options(opts(**{"kudu.repartition": "true",
+                                    "KUDU.REPARTITION.SORT": "false"}))
+    assert (w.repartition, w.repartition_sort) == (True, False)
+    with pytest.raises(InvalidArgumentError, match=re.escape(
+            "kudu.repartition.sort must be true or false")):
+        parse_write_options(opts(**{"kudu.repartition.sort": "1"}))
+
+
+def test_a_scan_task_tries_replicas_on_its_own_host_first_then_the_leader() -> None:
+    lead = ReplicaChoice("a", None, True, "h1")
+    f2 = ReplicaChoice("b", None, False, "h2")
+    f3 = ReplicaChoice("c", None, False, "h3")
+    planned = (lead, f2, f3)
+    assert KuduScanReader.preference(planned, "h3") == [f3, lead, f2]
+    assert KuduScanReader.preference(planned, "h1") == [lead, f2, f3]
+    assert KuduScanReader.preference(planned, "h9") == [lead, f2, f3]
+
+
+def test_a_replica_on_another_host_with_an_unknown_root_is_unreachable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    own = ensure_instance(str(tmp_path / "own"))
+    monkeypatch.setenv("SPARK_LOCAL_IP", "h1")
+    monkeypatch.setenv("PYSPARK_KUDU_DATA_ROOT", own.data_root)
+    info = TableInfo("t", SCHEMA, {}, (TabletInfo("tab1", ("a", own.uuid)),),
+                     {"a": ("h2", None), own.uuid: ("h1", None)}, None, None, True)
+    reader = KuduScanReader(info, ReadOptions(table="t"), SCHEMA.to_spark())
+    root, why = reader._reachable(ReplicaChoice("a", None, True, "h2"))
+    assert root is None and "data root on h2 is not known to this client" in why
+    # The tablet server on this host is found under this host's own data root.
+    assert reader._reachable(ReplicaChoice(own.uuid, None, False, "h1")) == (own.data_root, "")
+    part = TabletPartition("tab1", (ReplicaChoice("a", None, True, "h2"),
+                                    ReplicaChoice(own.uuid, None, False, "h1")), None, 5)
+    with pytest.raises(ServiceUnavailableError) as e:
+        list(reader.read(part))  # reachable, but this root holds no replica of tab1
+    text = str(e.value)
+    assert "tablet tab1: no replica is readable from this task on h1" in text
+    assert "NotFoundError: tablet tab1 has no replica" in text

@@ -145,3 +145,18 @@ def test_a_follower_behind_the_leaders_wal_gets_a_tablet_copy(tmp_path: Path) ->
     lead.heartbeat()
     assert _rows(transport.roots["ts-c"]) == _rows(root_a)
     assert len(_rows(root_a)) == 1505
+
+
+def test_a_single_replica_tablet_commits_from_its_first_write(tmp_path: Path) -> None:
+    """RF=1: the self-vote wins at once; the new term's no-op must reach the replica before
+    the leader counts it (it used to be acknowledged without being written)."""
+    transport = DirectTransport({"ts-a": str(tmp_path / "ts-a")}, OPTS)
+    tablet = TabletReplicas("t", ("ts-a",))
+    TabletLeader(tablet, "ts-a", transport).create(SCHEMA.to_json())
+    for attempt in range(3):  # every fresh leadership, not just the first
+        lead = TabletLeader(tablet, "ts-a", transport)
+        lead.elect()
+        (pos,) = lead.propose([_batch(attempt * 10, 10)])
+        assert lead.committed(pos[0])
+        lead.heartbeat()
+    assert len(_rows(transport.roots["ts-a"])) == 30
