@@ -8,12 +8,14 @@ prints the report of ``pyspark-kudu cluster rebalance``
 (:func:`~pyspark_kudu.tools.cli_cluster.rebalance_report`): per-location load, placement
 policy violations and skew before and after the planned moves.
 
-``--report_only`` is the default. Executing moves (a pinned tablet copy onto the target's
-host, then Raft config changes 3-4-3) is not available yet: ``--no-report_only`` says so and
-exits 2 without starting Spark.
+``--report_only`` is the default. ``--no-report_only`` carries the moves out: each is a
+tablet copy onto the target's host (pinned read, shuffle, pinned write) and Raft config
+changes, add then remove (3-4-3), at most ``--max_moves`` per pass, pass after pass until
+the master plans no more moves (re-replication of failed servers always goes first), or
+``--timeout-s``; then it prints the report again.
 
-Exit codes: 0 balanced and compliant; 1 moves planned or violations remain (or the plan
-failed); 2 usage error, including ``--no-report_only``.
+Exit codes: 0 balanced and compliant (after the moves, if executed); 1 moves planned or
+violations remain (or the plan failed); 2 usage error.
 """
 
 from __future__ import annotations
@@ -44,10 +46,13 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 balanced, 1 moves planned or violations remain, 2 usage error.")
     p.add_argument("--report_only", "--report-only", dest="report_only", default=True,
                    action=argparse.BooleanOptionalAction,
-                   help="print the plan's report only (default); executing moves "
-                        "(--no-report_only) is not available yet")
+                   help="print the plan's report only (default); --no-report_only "
+                        "executes the moves")
     p.add_argument("--max_moves", "--max-moves", dest="max_moves", type=int, metavar="N",
-                   help="plan at most N moves (default: as many as needed)")
+                   help="plan at most N moves (default: as many as needed); when executing: "
+                        "moves per pass (default 4)")
+    p.add_argument("--timeout-s", type=float, default=1800.0,
+                   help="when executing: stop after this long (default 1800)")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the planner's random choices (default 0: the same catalog "
                         "gives the same plan)")
@@ -63,14 +68,18 @@ def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -
     args = parse_job_args(build_parser(), argv)
     if isinstance(args, int):
         return args
-    if not args.report_only:
-        print("rebalance.py: error: executing rebalancing moves is not available yet (a "
-              "pinned tablet copy plus Raft config changes, issue 8); run with --report_only "
-              "(the default) to see the plan", file=sys.stderr)
-        return EXIT_USAGE
     try:
         with (job_session("pyspark-kudu-rebalance", spark) as session,
               open_context(session, args) as kudu):
+            if not args.report_only:
+                kudu.healer.stop()  # this job drives the passes itself
+                kudu.healer.max_moves = args.max_moves or 4
+                quiet, done = kudu.healer.until_quiet(args.timeout_s, rebalance=True)
+                for a in done:
+                    print(f"{a.action} tablet {a.tablet_id} ({a.table}) from {a.ts_uuid}: "
+                          f"{a.outcome} in {a.seconds:.1f} s")
+                print(f"executed {sum(a.outcome == 'ok' for a in done)} of {len(done)} "
+                      f"moves" + ("" if quiet else f"; moves left after {args.timeout_s:.0f} s"))
             balanced, report = rebalance_report(
                 RemoteSource(kudu.master).state(), report_only=True, seed=args.seed,
                 max_moves=args.max_moves, fmt=args.format)

@@ -6,12 +6,13 @@
 # MAGIC tablet is a Raft group of replicas on executor hosts, and every read or write of a
 # MAGIC replica is a Spark task pinned to its host. This notebook
 # MAGIC
-# MAGIC 1. starts a local SparkSession and a `KuduContext` (an embedded master and three virtual
+# MAGIC 1. starts a local SparkSession and a `KuduContext` (an embedded master and four virtual
 # MAGIC    tablet servers under a temporary warehouse directory),
 # MAGIC 2. creates a table with 4 hash partitions and replication factor 3,
 # MAGIC 3. writes a DataFrame and reads it back with predicates,
 # MAGIC 4. draws where the replicas are, per location,
-# MAGIC 5. explains the "kill and heal" experiment, which needs the standalone test cluster.
+# MAGIC 5. retires one tablet server and watches the cluster heal: its replicas are copied to
+# MAGIC    the others and evicted, with every row still there.
 # MAGIC
 # MAGIC Run it in Jupyter with the project's virtualenv as kernel (`notebooks/quickstart.ipynb`,
 # MAGIC generated from this file by `notebooks/build_ipynb.py`), or import this file into
@@ -57,7 +58,7 @@ print(f"Spark {spark.version} on {spark.sparkContext.master}; warehouse {warehou
 
 # COMMAND ----------
 
-kudu = KuduContext(spark, warehouse=warehouse, local_tablet_servers=3)
+kudu = KuduContext(spark, warehouse=warehouse, local_tablet_servers=4)
 for server in kudu.servers:
     print(f"tablet server {server.uuid[:8]} on host {server.host}, data root {server.root}")
 
@@ -164,26 +165,35 @@ display(Image(filename=chart))
 # COMMAND ----------
 
 # MAGIC %md
-# MAGIC ## Kill and heal (standalone test cluster only)
+# MAGIC ## Kill and heal
 # MAGIC
-# MAGIC On the standalone test cluster (`conf/test-cluster.sh`: a Spark master and 6 workers on
-# MAGIC 127.0.0.2-7 in 3 racks, each with its own data root) the experiment is: SIGKILL one
-# MAGIC worker that holds follower replicas of `weather`. A write still commits on the
-# MAGIC surviving majority of each tablet (2 of 3 replicas); `jobs/ksck.py` reports the affected
-# MAGIC tablets `UNDER_REPLICATED`, and the master plans a new replica in another rack.
-# MAGIC Executing that re-replication (a tablet copy plus a Raft config change) is not
-# MAGIC available yet (issue 8). In local mode the virtual tablet servers share this driver's
-# MAGIC process, so there is nothing to kill: the cell says so instead of pretending.
+# MAGIC An operator retires a tablet server (say its disk reports errors) by marking its
+# MAGIC replicas REPLACE. The master plans, for each, a new replica elsewhere; the context's
+# MAGIC healer carries it out with Spark jobs: add the new replica as a non-voter, copy the
+# MAGIC tablet to it (a pinned read, a shuffle, a pinned write), promote it, evict the old one
+# MAGIC (3-4-3). A *dead* server heals the same way once the master has not heard from it for
+# MAGIC `follower_unavailable_considered_failed_sec`: on the standalone test cluster, SIGKILL
+# MAGIC one worker and watch `jobs/ksck.py` go from UNDER_REPLICATED back to HEALTHY.
 
 # COMMAND ----------
 
-if spark.sparkContext.master.startswith("local"):
-    print("kill and heal: skipped in local mode (the virtual tablet servers share this "
-          "driver's process); start conf/test-cluster.sh and run this notebook against it")
-else:
-    print("kill and heal: SIGKILL one worker of conf/test-cluster.sh now, then re-run the "
-          "write and read cells above and `spark-submit jobs/ksck.py` to see the tablets "
-          "UNDER_REPLICATED")
+def replicas_per_server() -> dict[str, int]:
+    counts = Counter(v for t in kudu.master.get_table("weather").tablets for v in t.voters)
+    return {s.uuid[:8]: counts.get(s.uuid, 0) for s in kudu.servers}
+
+
+retired = max(kudu.servers, key=lambda s: replicas_per_server()[s.uuid[:8]]).uuid
+print("before:", replicas_per_server(), "- retiring", retired[:8])
+for t in kudu.master.get_table("weather").tablets:
+    if t.replica(retired) is not None:
+        kudu.master.set_replace(t.tablet_id, retired)
+quiet, steps = kudu.healer.until_quiet(timeout_s=300)
+for step in steps:
+    print(f"  {step.action:<15} tablet {step.tablet_id[:8]} on {step.ts_uuid[:8]}: "
+          f"{step.outcome} ({step.seconds:.1f} s)")
+print("after: ", replicas_per_server(), "- healed" if quiet else "- NOT healed")
+print("rows still there:", kudu.read_table("weather").count())
+print("evicted replicas deleted:", kudu.sweep_replicas())
 
 # COMMAND ----------
 

@@ -32,10 +32,11 @@ from pyspark_kudu.master.catalog import Catalog
 from pyspark_kudu.master.ddl import cluster_snapshot
 from pyspark_kudu.master.entities import MemberType, TableState, TabletMeta, TabletState
 from pyspark_kudu.master.placement import place_extra_replica
+from pyspark_kudu.master.rebalancer import plan_rebalance
 from pyspark_kudu.master.records import TabletReport
 from pyspark_kudu.master.topology import PlacementConfig, Table, Tablet
 
-__all__ = ["pending_actions", "replication_plan"]
+__all__ = ["pending_actions", "rebalance_actions", "replication_plan"]
 
 Action = dict[str, Any]
 
@@ -117,6 +118,36 @@ def replication_plan(
             a["table_id"] = tb.table_id
             a["table_name"] = catalog.tables[tb.table_id].name
         out.extend(acts)
+    return out
+
+
+def rebalance_actions(
+    catalog: Catalog,
+    *,
+    live: Collection[str],
+    rng: random.Random,
+    max_moves: int | None = None,
+) -> list[Action]:
+    """The rebalancer's plan (:func:`~pyspark_kudu.master.rebalancer.plan_rebalance`: fix
+    placement-policy violations first, then balance) as ``move_replica`` actions for the
+    client to execute: add ``to_uuid`` (NON_VOTER, tablet copy, promote), then remove
+    ``ts_uuid`` (seed: location awareness, "rebalancing"). Only over live servers; nothing
+    while any tablet still needs re-replication (healing comes first)."""
+    tables = catalog.live_tables()
+    snap = cluster_snapshot(catalog, live, tuple(
+        Table(t.table_id, t.name, t.replication_factor,
+              None if t.constraint is None else t.constraint.to_topology())
+        for t in tables))
+    snap = snap.with_tablets(Tablet(tb.tablet_id, tb.table_id, tb.to_topology())
+                             for t in tables for tb in catalog.tablets_of(t))
+    plan = plan_rebalance(snap, rng, max_moves=max_moves)
+    out: list[Action] = []
+    for m in plan.moves:
+        tb = catalog.tablets[m.tablet_id]
+        out.append({"action": "move_replica", "tablet_id": m.tablet_id,
+                    "table_id": m.table_id, "table_name": catalog.tables[m.table_id].name,
+                    "ts_uuid": m.from_uuid, "to_uuid": m.to_uuid, "reason": m.reason,
+                    "stage": m.stage, "cas_config_index": tb.config_index})
     return out
 
 

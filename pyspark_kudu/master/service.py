@@ -54,7 +54,7 @@ from pyspark_kudu.master.records import (
     TabletReport,
     UpdateTablets,
 )
-from pyspark_kudu.master.redrive import pending_actions, replication_plan
+from pyspark_kudu.master.redrive import pending_actions, rebalance_actions, replication_plan
 from pyspark_kudu.master.replica import MasterReplica
 from pyspark_kudu.partitioning import PartitionSchema
 from pyspark_kudu.schema import ColumnSchema, Schema
@@ -102,6 +102,7 @@ class MasterService:
             "heartbeat": self.heartbeat,
             "set_replace": self.set_replace,
             "replication_plan": self.replication_plan,
+            "rebalance_plan": self.rebalance_plan,
             "add_master": self.add_master,
             "remove_master": self.remove_master,
             "transfer_leader": self.transfer_leader,
@@ -304,6 +305,17 @@ class MasterService:
         return {"actions": acts[:limit] if limit > 0 else acts,
                 "failed": sorted(failed),
                 "failed_after_s": self._failed_after}
+
+    def rebalance_plan(self, body: Body) -> Body:
+        """Rebalancing moves (see :func:`.redrive.rebalance_actions`); empty while any
+        tablet still needs re-replication, so healing always goes first."""
+        cat = self._leader_catalog()
+        if self.replication_plan({"max_actions": 1})["actions"]:
+            return {"actions": [], "healing": True}
+        limit = int(body.get("max_moves", 0) or 0)
+        acts = rebalance_actions(cat, live=self._live(), rng=self._rng,
+                                 max_moves=limit if limit > 0 else None)
+        return {"actions": acts, "healing": False}
 
     def set_replace(self, body: Body) -> Body:
         cat = self._leader_catalog()

@@ -45,8 +45,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from pyspark_kudu.errors import (
+    IllegalStateError,
     InvalidArgumentError,
     KuduError,
+    NotFoundError,
     RowWriteError,
     ServiceUnavailableError,
     TimedOutError,
@@ -94,6 +96,7 @@ HEAL_ENABLED_CONF = "spark.kudu.heal.enabled"
 HEAL_INTERVAL_CONF = "spark.kudu.heal.intervalSec"
 HEAL_MAX_MOVES_CONF = "spark.kudu.heal.maxMoves"
 FAILED_AFTER_CONF = "spark.kudu.followerUnavailableConsideredFailedSec"
+AUTO_REBALANCE_CONF = "spark.kudu.autoRebalance"
 _MAX_BATCH_ROWS = 65536
 
 
@@ -181,7 +184,8 @@ class KuduContext(HealerTarget):
         self.session_service = register(self)
         self.healer = Healer(
             self, interval_s=heal_interval_s or float(conf.get(HEAL_INTERVAL_CONF, "5") or 5),
-            max_moves=int(conf.get(HEAL_MAX_MOVES_CONF, "4") or 4))
+            max_moves=int(conf.get(HEAL_MAX_MOVES_CONF, "4") or 4),
+            rebalance=(conf.get(AUTO_REBALANCE_CONF, "false") or "false").lower() == "true")
         if heal is None:
             heal = (conf.get(HEAL_ENABLED_CONF, "true") or "true").lower() != "false"
         if heal:
@@ -297,7 +301,8 @@ class KuduContext(HealerTarget):
 
         The catalog deletion is what makes the table gone. Replica files are removed by one
         pinned job; a host that cannot run it now (no executor) keeps them, and a warning
-        names them (known limit: nothing collects such orphans later yet).
+        names them; the healer's sweep deletes them once the host is back (the catalog keeps
+        the tablets' tombstones).
         """
         locs = self.master.get_table(name)
         self.master.delete_table(name)
@@ -577,20 +582,31 @@ class KuduContext(HealerTarget):
         """Carry out one planned action on the tablet's leader (electing this client for
         it if needed) and report the new configuration to the master."""
         kind, tid, ts = str(action["action"]), str(action["tablet_id"]), str(action["ts_uuid"])
-        if ts not in {s.uuid for s in self.servers}:
+        if kind in ("add_replica", "promote_replica") and ts not in {
+                s.uuid for s in self.servers}:
+            # Only a server this application runs tasks on can receive a copy; evicting
+            # one needs nothing from it (it may be long dead).
             raise ServiceUnavailableError(
                 f"tablet server {ts} is not one of this application's ({kind} of {tid})")
         locs = self.master.get_table(str(action["table_name"]))
         tablet = next((t for t in locs.tablets if t.tablet_id == tid), None)
         if tablet is None or tablet.config_index != int(action.get("cas_config_index", 0)):
             return  # the plan is stale: the tablet changed since; the next pass decides
-        exclude = frozenset({ts}) if kind == "remove_replica" else frozenset()
+        exclude = frozenset({ts}) if kind in ("remove_replica", "move_replica") else (
+            frozenset())
+        to = str(action.get("to_uuid", ""))
+        if kind == "move_replica" and to not in {s.uuid for s in self.servers}:
+            raise ServiceUnavailableError(
+                f"tablet server {to} is not one of this application's (move of {tid})")
         lead = self._leaders_for(locs, [tid], exclude=exclude)[tid]
 
         def run() -> None:
             if kind in ("add_replica", "promote_replica"):
                 lead.add_replica(ts)
             elif kind == "remove_replica":
+                lead.remove_replica(ts)
+            elif kind == "move_replica":  # the rebalancer's move: add, then remove
+                lead.add_replica(to)
                 lead.remove_replica(ts)
             else:
                 raise InvalidArgumentError(f"unknown replication action {kind!r}")
@@ -601,6 +617,77 @@ class KuduContext(HealerTarget):
             lead.abandon(f"{kind} of {ts} failed")
             raise
         self._report_config(lead)
+
+    def recover_tablet(self, table: str, tablet_id: str, survivor: str | None = None
+                       ) -> dict[str, Any]:
+        """Manual recovery of a tablet that lost a majority of its voters (UNSAFE).
+
+        The config-change seed's "unsafe config change": reads the state of every reachable
+        replica, picks the most up-to-date one (highest last log term, then index; or
+        ``survivor``), forces a configuration of that replica alone on it -- its whole log
+        counts as committed, including entries the lost majority may never have agreed on
+        -- elects it and reports the new configuration. The healer then adds replicas back
+        (tablet copies). Whatever existed only on the lost replicas is gone. Refused while
+        a majority is reachable (use the healer or REPLACE marks then).
+        """
+        locs = self.master.get_table(table)
+        tablet = next((t for t in locs.tablets if t.tablet_id == tablet_id), None)
+        if tablet is None:
+            raise NotFoundError(f"table {table} has no tablet {tablet_id}")
+        unreachable = self.transport.unreachable()
+        reqs = {v: [PeerRequest(RequestKind.READ_STATE, tablet_id, v)]
+                for v in tablet.voters if v not in unreachable}
+        out = self.transport.run(reqs) if reqs else {}
+        states = {ts: r[0].state for ts, r in out.items()
+                  if r and r[0].ok and r[0].state is not None}
+        if len(states) > len(tablet.voters) // 2:
+            raise IllegalStateError(
+                f"tablet {tablet_id} of {table} has {len(states)} of {len(tablet.voters)} "
+                f"voters reachable, a majority: it does not need an unsafe recovery")
+        if survivor is not None and survivor not in states:
+            raise ServiceUnavailableError(
+                f"replica {survivor} of tablet {tablet_id} is not readable "
+                f"(readable: {sorted(states)})")
+        if not states:
+            raise ServiceUnavailableError(
+                f"tablet {tablet_id} of {table}: no replica is readable; nothing to recover "
+                f"from")
+        best = survivor or max(states, key=lambda ts: (states[ts].last_term,
+                                                       states[ts].last_index, ts))
+        st = states[best]
+        _log.warning(
+            "UNSAFE recovery of tablet %s of %s: forcing a configuration of replica %s alone "
+            "(last entry %d.%d, commit %d). Entries after %d are now committed without "
+            "majority agreement; anything only the lost replicas %s had is lost.",
+            tablet_id, table, best, st.last_term, st.last_index, st.hard_state.commit,
+            st.hard_state.commit, sorted(set(tablet.voters) - set(states)))
+        with self._lock:
+            old = self._leaders.pop(tablet_id, None)
+            if old is not None:
+                old.abandon("unsafe recovery of the tablet")
+        res = self.transport.run({best: [PeerRequest(RequestKind.UNSAFE_CONFIG, tablet_id,
+                                                     best, voters=(best,))]}).get(best)
+        if not res or not res[0].ok:
+            raise ServiceUnavailableError(
+                f"tablet {tablet_id}: forcing the configuration on {best} failed "
+                f"({res[0].error if res else 'its task failed'})")
+        lead = TabletLeader(TabletReplicas(tablet_id, (best,)), best, self.transport)
+        lead.elect()
+        assert lead.node is not None
+        lead.config_index = lead.node.log.last_index()
+        with self._lock:
+            self._leaders[tablet_id] = lead
+        self._report_config(lead)
+        return {"tablet_id": tablet_id, "table": table, "survivor": best,
+                "last_index": st.last_index, "last_term": st.last_term,
+                "previously_committed": st.hard_state.commit,
+                "lost": sorted(set(tablet.voters) - set(states)),
+                "discarded": sorted(set(states) - {best}), "term": lead.node.term}
+
+    def rebalance_plan(self, max_moves: int = 0) -> list[dict[str, Any]]:
+        """The leader master's rebalancing moves (``move_replica`` actions; none while
+        anything needs re-replication), for :meth:`execute_replication_action`."""
+        return list(self.master.call("rebalance_plan", {"max_moves": max_moves})["actions"])
 
     def _report_config(self, lead: TabletLeader) -> None:
         node = lead.node

@@ -16,6 +16,11 @@ that runs Spark jobs. :class:`Healer` runs in the :class:`~pyspark_kudu.spark.co
    failed or REPLACE-marked one (3-4-3). Each action runs on the replication service's round
    thread, so writes and membership changes of one tablet never interleave inside a round;
 3. reports each new configuration to the master (a tablet report with its Raft index);
+   when nothing needs healing and ``rebalance`` is on (``spark.kudu.autoRebalance``, off by
+   default as Kudu's auto-rebalancer), carries out up to ``max_moves`` of the master's
+   rebalancing moves (``move_replica``: add the new replica, then remove the old one), so
+   that placement compliance and balance come back on their own, e.g. after a lost rack
+   returns;
 4. every ``sweep_every`` passes, lists the replicas on every tablet server with an executor
    and deletes those the catalog says are evicted or belong to deleted tables
    (:func:`~pyspark_kudu.master.redrive.pending_actions`' ``delete_tablet``: only replicas
@@ -67,14 +72,18 @@ class HealerTarget:
     def sweep_replicas(self) -> int:
         raise NotImplementedError
 
+    def rebalance_plan(self, max_moves: int) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
 
 class Healer:
     """Runs :meth:`heal_once` every ``interval_s`` on a daemon thread (see module docs)."""
 
     def __init__(self, target: HealerTarget, interval_s: float = 5.0, max_moves: int = 4,
-                 sweep_every: int = 6,
+                 sweep_every: int = 6, rebalance: bool = False,
                  on_action: Callable[[HealAction], None] | None = None) -> None:
         self._target = target
+        self.rebalance = rebalance
         self.interval_s = interval_s
         self.max_moves = max_moves
         self.sweep_every = max(1, sweep_every)
@@ -96,15 +105,39 @@ class Healer:
         if self._thread.is_alive():
             self._thread.join(timeout=120)
 
-    def heal_once(self) -> list[HealAction]:
-        """One pass: the plan's actions (at most ``max_moves``), then maybe a sweep."""
+    def heal_once(self, rebalance: bool | None = None) -> list[HealAction]:
+        """One pass: the plan's actions (at most ``max_moves``), then maybe a sweep.
+        ``rebalance`` overrides the healer's own setting for this pass."""
         with self._pass_lock:
-            return self._pass()
+            return self._pass(self.rebalance if rebalance is None else rebalance)
 
-    def _pass(self) -> list[HealAction]:
+    def until_quiet(self, timeout_s: float, rebalance: bool = False, poll_s: float = 1.0
+                    ) -> tuple[bool, list[HealAction]]:
+        """Passes until the master has nothing left to do (no re-replication and, with
+        ``rebalance``, no rebalancing move), or ``timeout_s`` passed. Returns whether it got
+        quiet and every action taken. A server not yet declared failed is not "to do"."""
+        end = time.monotonic() + timeout_s
+        done: list[HealAction] = []
+        while True:
+            acts = self.heal_once(rebalance)
+            done.extend(acts)
+            if not acts:
+                left = self._target.replication_plan(1) or (
+                    rebalance and self._target.rebalance_plan(1))
+                if not left:
+                    return True, done
+            if time.monotonic() > end:
+                return False, done
+            if not acts or all(a.outcome != "ok" for a in acts):
+                self._stop.wait(poll_s)  # nothing could be done yet: the next pass, later
+
+    def _pass(self, rebalance: bool) -> list[HealAction]:
         self.passes += 1
         done: list[HealAction] = []
-        for act in self._target.replication_plan(self.max_moves)[:self.max_moves]:
+        plan = self._target.replication_plan(self.max_moves)[:self.max_moves]
+        if not plan and rebalance:
+            plan = self._target.rebalance_plan(self.max_moves)[:self.max_moves]
+        for act in plan:
             t0 = time.monotonic()
             try:
                 self._target.execute_replication_action(act)

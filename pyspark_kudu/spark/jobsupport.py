@@ -45,6 +45,10 @@ def add_context_args(p: argparse.ArgumentParser) -> None:
                         "servers' data (default: spark.kudu.warehouse, else ./kudu-warehouse)")
     p.add_argument("--local-tablet-servers", type=int, default=3, metavar="N",
                    help="virtual tablet servers in local[*] mode (default 3)")
+    p.add_argument("--failed-after-s", type=float, metavar="S",
+                   help="embedded master only: a tablet server unheard of for S seconds has "
+                        "its replicas replaced (follower_unavailable_considered_failed_sec; "
+                        "default spark.kudu.followerUnavailableConsideredFailedSec, else 300)")
 
 
 @contextmanager
@@ -68,4 +72,5 @@ def job_session(app_name: str, spark: SparkSession | None = None) -> Iterator[Sp
 def open_context(session: SparkSession, args: argparse.Namespace) -> KuduContext:
     """The KuduContext the options of :func:`add_context_args` describe."""
     return KuduContext(session, args.master, warehouse=args.warehouse,
-                       local_tablet_servers=args.local_tablet_servers)
+                       local_tablet_servers=args.local_tablet_servers,
+                       failed_after_s=getattr(args, "failed_after_s", None))

@@ -143,6 +143,7 @@ class TabletLeader:
         # every replica: application is deterministic), until a writer takes them.
         self._results: dict[int, WriteResult] = {}
         self.copies = 0  # tablet copies this leader made
+        self.last_catch_up_error = ""
         # Replicas that answered "failed" (corrupt files, full disk), with why: the client
         # reports them to the master, which has them replaced (peer.py, failed replicas).
         self.failed_replicas: dict[str, str] = {}
@@ -387,8 +388,9 @@ class TabletLeader:
                         copied > 0 and self._copy_entries(follower, copied + 1, hi) == "ok")
             else:
                 ok = outcome == "ok"
-        except RoundFailedError:
+        except RoundFailedError as e:
             ok = False  # the follower stays behind; the next round tries again
+            self.last_catch_up_error = f"{follower}: {e}"
         node.report_snapshot(follower, ok)
 
     def _copy_tablet(self, follower: str) -> int:
@@ -399,6 +401,7 @@ class TabletLeader:
             RequestKind.COPY_OUT, self.tablet.tablet_id, self.leader_id, copy_id=copy_id),
             allow_error="IllegalStateError")
         if not out.ok:
+            self.last_catch_up_error = f"{follower}: no tablet copy ({out.error})"
             return -1
         assert out.state is not None
         snap = SnapshotMetadata(out.last_index, out.prev_term, out.state.conf_state)
@@ -411,6 +414,8 @@ class TabletLeader:
                     entries=parts[k:k + _COPY_PARTS_PER_ROUND], lo=k, hi=len(parts),
                     copy_id=copy_id, snapshot=snap))
                 installed = resp.installed
+            if not installed:
+                self.last_catch_up_error = f"{follower}: copy {copy_id} incomplete"
         finally:
             try:
                 self._run_one(self.leader_id, PeerRequest(
@@ -449,7 +454,15 @@ class TabletLeader:
         cs = node.conf_state
         if ts in cs.voters:
             return
+        # The driver's mirror may still hold the last writes' entries as staged-batch refs
+        # whose files are being removed: apply and release them, so the new replica gets
+        # everything from the leader replica (tablet copy, then its log), never a dead ref.
+        self.heartbeat()
+        self.release(node.commit_index)
         if ts not in cs.learners:
+            # Not a member: any replica files it still has are from an earlier membership
+            # (evicted, failed, or a lost majority's survivor) and must go first.
+            self._run_one(ts, PeerRequest(RequestKind.WIPE, self.tablet.tablet_id, ts))
             self._run_one(ts, PeerRequest(RequestKind.CREATE, self.tablet.tablet_id, ts))
             self.change_config(ConfChange(ConfChangeType.ADD_LEARNER, ts))
         for _ in range(_CATCH_UP_ROUNDS):
@@ -462,7 +475,8 @@ class TabletLeader:
             raise RoundFailedError(
                 f"tablet {self.tablet.tablet_id}: new replica {ts} did not catch up "
                 f"(match {node.status().progress.get(ts, (0, 0))[0]}, commit "
-                f"{node.commit_index})")
+                f"{node.commit_index}; last catch-up error: "
+                f"{self.last_catch_up_error or 'none'})")
         if promote:
             self.change_config(ConfChange(ConfChangeType.ADD_VOTER, ts))
 

@@ -31,6 +31,13 @@ COPY_OUT       stage a tablet copy of this replica (:mod:`~pyspark_kudu.spark.ta
 INSTALL_COPY   store delivered copy parts ``[lo, lo + len(entries))`` of ``hi``; the request
                that completes the set installs the copy (``installed``) as a Raft snapshot.
 DROP_COPY      remove the staged parts of copy ``copy_id`` on this host.
+WIPE           delete this server's replica files of the tablet, if any: sent only by a leader
+               about to add the server as a *new* member (raft.py rule 6: a replica id that
+               left the configuration comes back empty, never with an old log).
+UNSAFE_CONFIG  manual recovery of a tablet that lost its majority (config change seed,
+               "unsafe config change"): force ``voters`` as this replica's configuration,
+               treat its whole log as committed and move to a new term. Loses whatever only
+               the lost replicas had; a tool asks for it explicitly, never the runtime.
 =============  ==============================================================================
 
 **Failed replicas** (DESIGN §5): a replica whose files turn out corrupt (a bad CRC inside the
@@ -97,7 +104,7 @@ from pyspark_kudu.spark.dataplane import (
     resolve_refs,
     wal_ref,
 )
-from pyspark_kudu.spark.replicas import ReplicaHandle, open_replica
+from pyspark_kudu.spark.replicas import ReplicaHandle, delete_replica, open_replica
 from pyspark_kudu.spark.tabletcopy import copy_out, install_copy, part_refs
 from pyspark_kudu.spark.tabletlog import WalCommittedLog
 from pyspark_kudu.tablet import Tablet, WriteResult
@@ -136,6 +143,8 @@ class RequestKind(enum.Enum):
     COPY_OUT = "copy_out"
     INSTALL_COPY = "install_copy"
     DROP_COPY = "drop_copy"
+    WIPE = "wipe"
+    UNSAFE_CONFIG = "unsafe_config"
 
 
 @dataclass(frozen=True)
@@ -377,6 +386,8 @@ def _handle_one(
     mutate = req.kind not in (RequestKind.READ_STATE, RequestKind.READ_ENTRIES,
                               RequestKind.DROP_COPY)
     io = tablet_dir(root, req.tablet_id)
+    if req.kind == RequestKind.WIPE:
+        return _ok(req, host, installed=delete_replica(root, io, req.tablet_id))
     _require_replica(io, req.tablet_id, create=req.kind == RequestKind.CREATE)
     if io.exists(FAILED_FILE):
         return _failed_response(req, host, io)
@@ -468,6 +479,13 @@ def _dispatch(
         case RequestKind.DROP_COPY:
             remove_staging(root, [f"copy-{req.copy_id}"])
             return _ok(req, host)
+        case RequestKind.UNSAFE_CONFIG:
+            if not req.voters:
+                raise InvalidArgumentError("UNSAFE_CONFIG needs the new voters")
+            hs, _ = storage.initial_state()
+            storage.set_conf_state(ConfState(voters=frozenset(req.voters)))
+            storage.set_hard_state(HardState(hs.term + 1, NONE, storage.last_index()))
+            return _ok(req, host, state=_state(storage, applied))
     raise AssertionError(f"unhandled request kind {req.kind}")  # pragma: no cover
 
 

@@ -132,11 +132,17 @@ class SparkTransport:
         self.rounds += 1
         by_host: dict[str, list[tuple[str, str | None, tuple[PeerRequest, ...]]]] = {}
         for ts, reqs in requests.items():
-            loc = self._servers[ts]
+            loc = self._servers.get(ts)
+            if loc is None:
+                # A tablet server this application never saw (its host had no executor
+                # when the context started, e.g. it died before): like a dead one.
+                continue
             by_host.setdefault(loc.host, []).append((ts, loc.root, tuple(reqs)))
         tasks = [(_HostTask(h, tuple(items), self._options), [h])
                  for h, items in sorted(by_host.items())]
         result: dict[str, list[PeerResponse] | None] = {ts: None for ts in requests}
+        if not tasks:
+            return result
         # Rounds run on the replication service's thread: name them for the Spark UI.
         self._sc.setLocalProperty("spark.job.description", (
             f"pyspark-kudu replication round {self.rounds}: "
@@ -169,6 +175,8 @@ class SparkTransport:
         idx = {h: i for i, h in enumerate(hosts)}
         dests: dict[str, tuple[StagedRef, set[int]]] = {}
         for ts, reqs in requests.items():
+            if ts not in self._servers:
+                continue
             d = idx[self._servers[ts].host]
             for r in reqs:
                 for ref in refs_in(r.messages, r.entries):

@@ -115,3 +115,63 @@ def test_replacing_the_leaders_own_replica_moves_leadership_first(
     assert tablet.leader not in after.voters and len(after.voters) == 3
     assert after.leader != tablet.leader
     assert sorted(r["id"] for r in kudu.read_table("u").collect()) == list(range(50))
+
+
+def test_a_rebalancer_move_adds_the_new_replica_then_removes_the_old(
+    spark: SparkSession, kudu: KuduContext,
+) -> None:
+    kudu.create_table("m", STRUCT, keys=["id"], replicas=3,
+                      partitioning=PartitionSchema((HashDimension(("id",), 2),)))
+    kudu.upsert_rows(spark.createDataFrame([(i, "m") for i in range(80)], STRUCT), "m")
+    tablet = kudu.master.get_table("m").tablets[1]
+    src = next(v for v in tablet.voters if v != tablet.leader)
+    dst = next(s.uuid for s in kudu.servers if tablet.replica(s.uuid) is None)
+    kudu.execute_replication_action({
+        "action": "move_replica", "tablet_id": tablet.tablet_id, "table_name": "m",
+        "ts_uuid": src, "to_uuid": dst, "cas_config_index": tablet.config_index})
+    after = next(t for t in kudu.master.get_table("m").tablets
+                 if t.tablet_id == tablet.tablet_id)
+    assert sorted(after.voters) == sorted({*tablet.voters, dst} - {src})
+    assert after.config_index > tablet.config_index
+    # A stale move (the configuration changed since it was planned) does nothing.
+    kudu.execute_replication_action({
+        "action": "move_replica", "tablet_id": tablet.tablet_id, "table_name": "m",
+        "ts_uuid": dst, "to_uuid": src, "cas_config_index": tablet.config_index})
+    again = next(t for t in kudu.master.get_table("m").tablets
+                 if t.tablet_id == tablet.tablet_id)
+    assert again.voters == after.voters
+    assert sorted(r["id"] for r in kudu.read_table("m").collect()) == list(range(80))
+
+
+def test_unsafe_recovery_from_the_last_survivor_then_healing_restores_rf3(
+    spark: SparkSession, kudu: KuduContext,
+) -> None:
+    import shutil
+
+    from pyspark_kudu.errors import IllegalStateError
+
+    kudu.create_table("r", STRUCT, keys=["id"], replicas=3,
+                      partitioning=PartitionSchema((HashDimension(("id",), 2),)))
+    rows = [(i, f"r{i}") for i in range(120)]
+    kudu.upsert_rows(spark.createDataFrame(rows, STRUCT), "r")
+    kudu.upsert_rows(spark.createDataFrame([(0, "r0")], STRUCT), "r")  # commits the first
+    tablet = kudu.master.get_table("r").tablets[0]
+    with pytest.raises(IllegalStateError, match="majority"):
+        kudu.recover_tablet("r", tablet.tablet_id)
+    # Two of its three replicas lose their disks.
+    roots = {s.uuid: s.root for s in kudu.servers}
+    lost = [v for v in tablet.voters if v != tablet.leader]
+    for v in lost:
+        shutil.rmtree(os.path.join(str(roots[v]), "tablets", tablet.tablet_id))
+    report = kudu.recover_tablet("r", tablet.tablet_id)
+    assert report["survivor"] == tablet.leader and sorted(report["lost"]) == sorted(lost)
+    after = next(t for t in kudu.master.get_table("r").tablets
+                 if t.tablet_id == tablet.tablet_id)
+    assert after.voters == (tablet.leader,)
+    _heal_until_quiet(kudu, "re-replication after the unsafe recovery")
+    healed = next(t for t in kudu.master.get_table("r").tablets
+                  if t.tablet_id == tablet.tablet_id)
+    assert len(healed.voters) == 3 and tablet.leader in healed.voters
+    assert sorted(tuple(r) for r in kudu.read_table("r").collect()) == rows
+    kudu.upsert_rows(spark.createDataFrame([(500, "after")], STRUCT), "r")
+    assert kudu.read_table("r").count() == 121

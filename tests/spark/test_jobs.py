@@ -203,11 +203,48 @@ def test_ksck_on_a_fresh_warehouse_reports_the_table_healthy_and_exits_0(
     assert len(report["tservers"]) == 3
 
 
-def test_rebalance_reports_a_balanced_plan_and_refuses_to_execute_moves(
+def test_rebalance_reports_a_balanced_plan_and_executing_it_moves_nothing(
     spark: SparkSession, warehouse: str, one_table: list[Row],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     assert job("rebalance").main(["--warehouse", warehouse], spark) == 0
     assert "Planned moves: 0" in capsys.readouterr().out
-    assert job("rebalance").main(["--no-report_only", "--warehouse", warehouse], spark) == 2
-    assert "executing rebalancing moves is not available yet" in capsys.readouterr().err
+    assert job("rebalance").main(["--no-report_only", "--warehouse", warehouse], spark) == 0
+    out = capsys.readouterr().out
+    assert "executed 0 of 0 moves" in out and "Planned moves: 0" in out
+
+
+def test_tablet_copy_moves_a_replica_and_heal_finds_nothing_left_then_sweeps_it(
+    spark: SparkSession, warehouse: str, one_table: list[Row],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with KuduContext(spark, warehouse=warehouse, local_tablet_servers=4, heal=False) as kudu:
+        tablet = kudu.master.get_table("events").tablets[0]
+        src = next(v for v in tablet.voters if v != tablet.leader)
+        dst = next(s.uuid for s in kudu.servers if tablet.replica(s.uuid) is None)
+    base = ["--warehouse", warehouse, "--local-tablet-servers", "4"]
+    assert job("tablet_copy").main(["--table", "events", "--tablet", tablet.tablet_id,
+                                    "--from", src, "--to", dst, *base], spark) == 0
+    assert f"from {src} to {dst}" in capsys.readouterr().out
+    assert job("tablet_copy").main(["--table", "events", "--tablet", tablet.tablet_id,
+                                    "--from", src, "--to", dst, *base], spark) == 2
+    assert "has no voter on" in capsys.readouterr().err
+    assert job("heal").main([*base, "--format", "json"], spark) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["quiet"] is True and report["actions"] == [] and report["swept"] == 1
+    with KuduContext(spark, warehouse=warehouse, local_tablet_servers=4, heal=False) as kudu:
+        got = sorted(tuple(r) for r in kudu.read_table("events").collect())
+    assert [g[0] for g in got] == [r[0] for r in one_table]
+
+
+def test_recover_refuses_without_the_data_loss_flag_and_while_a_majority_lives(
+    spark: SparkSession, warehouse: str, one_table: list[Row],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with KuduContext(spark, warehouse=warehouse, heal=False) as kudu:
+        tablet = kudu.master.get_table("events").tablets[0]
+    args = ["--table", "events", "--tablet", tablet.tablet_id, "--warehouse", warehouse]
+    assert job("recover").main(args, spark) == 2
+    assert "--i-understand-data-loss" in capsys.readouterr().err
+    assert job("recover").main([*args, "--i-understand-data-loss"], spark) == 2
+    assert "does not need an unsafe recovery" in capsys.readouterr().err

@@ -3,8 +3,10 @@ and it runs top to bottom in a fresh kernel (its own process, hence its own Spar
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -64,8 +66,18 @@ def test_quickstart_runs_in_a_fresh_kernel_and_shows_the_rows_and_the_placement_
     assert "id = 7 scans 1 of 4 tablets" in text
     assert ("id < 5: [(0, 'Lisbon'), (1, 'Oslo'), (2, 'Nairobi'), (3, 'Lima'), (4, 'Osaka')]"
             in text)
-    assert "location <none>: 3 tablet servers, 12 replicas, 4 leaders" in text
+    assert "location <none>: 4 tablet servers, 12 replicas, 4 leaders" in text
     assert any("image/png" in o.get("data", {}) for o in outputs)
-    assert "kill and heal: skipped in local mode" in text
+    # Kill and heal: the retired server ends with no replica, every row is still there.
+    before = re.search(r"before: (\{.*?\}) - retiring (\w+)", text)
+    after = re.search(r"after:  (\{.*?\}) - healed", text)
+    heal_lines = "\n".join(line for line in text.splitlines()
+                           if line.startswith(("before", "after", "  ")))
+    assert before and after, f"the kill-and-heal cell did not heal:\n{heal_lines}"
+    retired = before.group(2)
+    counts = ast.literal_eval(after.group(1))
+    assert counts[retired] == 0 and sum(counts.values()) == 12, counts
+    assert "rows still there: 50" in text
+    assert re.search(r"evicted replicas deleted: \d+", text), text
     assert text.rstrip().endswith("done")
     assert list((tmp_path / "tmp").iterdir()) == []  # the notebook removed its warehouse

@@ -30,7 +30,8 @@ def test_replicas_apply_a_committed_write_once_the_service_is_idle(tmp_path: Pat
     with ReplicationService(transport, settle_delay_s=0.05) as svc:
         ((index, _, result),) = svc.submit(lead, [b"row-batch"]).result(timeout=60)
         assert result is None  # not asked for: returned on commit
-        wait_until(lambda: all(_applied(transport.roots[ts]) >= index for ts in TS), 30,
-                   "every replica applying the committed write after the settle round")
-        assert svc.settle_rounds >= 1
+        # The counter moves once the settle round returned, just after the replicas applied.
+        wait_until(lambda: svc.settle_rounds >= 1
+                   and all(_applied(transport.roots[ts]) >= index for ts in TS), 30,
+                   "every replica applying the committed write in the settle round")
         assert lead._results == {}
