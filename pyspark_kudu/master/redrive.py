@@ -182,7 +182,8 @@ def _replication_actions(
         return []  # enough replicas (some may be catching up as NON_VOTER)
     topo_table = Table(table.table_id, table.name, rf,
                        None if table.constraint is None else table.constraint.to_topology())
-    snap = cluster_snapshot(catalog, live, (topo_table,), placement_config)
+    # A server being replaced still holds its replica: it is no candidate for the new one.
+    snap = cluster_snapshot(catalog, set(live) - set(doomed), (topo_table,), placement_config)
     dest = place_extra_replica(snap, Tablet(tb.tablet_id, tb.table_id, tb.to_topology()), rng,
                                replacing=doomed)
     if dest is None:

@@ -36,7 +36,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
@@ -581,42 +581,83 @@ class KuduContext(HealerTarget):
     def execute_replication_action(self, action: dict[str, Any]) -> None:
         """Carry out one planned action on the tablet's leader (electing this client for
         it if needed) and report the new configuration to the master."""
-        kind, tid, ts = str(action["action"]), str(action["tablet_id"]), str(action["ts_uuid"])
-        if kind in ("add_replica", "promote_replica") and ts not in {
-                s.uuid for s in self.servers}:
-            # Only a server this application runs tasks on can receive a copy; evicting
-            # one needs nothing from it (it may be long dead).
-            raise ServiceUnavailableError(
-                f"tablet server {ts} is not one of this application's ({kind} of {tid})")
-        locs = self.master.get_table(str(action["table_name"]))
-        tablet = next((t for t in locs.tablets if t.tablet_id == tid), None)
-        if tablet is None or tablet.config_index != int(action.get("cas_config_index", 0)):
-            return  # the plan is stale: the tablet changed since; the next pass decides
-        exclude = frozenset({ts}) if kind in ("remove_replica", "move_replica") else (
-            frozenset())
-        to = str(action.get("to_uuid", ""))
-        if kind == "move_replica" and to not in {s.uuid for s in self.servers}:
-            raise ServiceUnavailableError(
-                f"tablet server {to} is not one of this application's (move of {tid})")
-        lead = self._leaders_for(locs, [tid], exclude=exclude)[tid]
+        (err,) = (e for e, _ in self.execute_replication_actions([action]))
+        if err is not None:
+            raise err
 
-        def run() -> None:
-            if kind in ("add_replica", "promote_replica"):
-                lead.add_replica(ts)
-            elif kind == "remove_replica":
-                lead.remove_replica(ts)
-            elif kind == "move_replica":  # the rebalancer's move: add, then remove
-                lead.add_replica(to)
-                lead.remove_replica(ts)
-            else:
-                raise InvalidArgumentError(f"unknown replication action {kind!r}")
+    def execute_replication_actions(self, actions: Sequence[dict[str, Any]]
+                                    ) -> list[tuple[KuduError | None, float]]:
+        """Carry out planned actions of *different* tablets concurrently (the bounded number
+        of concurrent moves is the caller's batch size): one thread per tablet drives its
+        leader, all inside one call on the replication service's round thread, so no write
+        round interleaves. Returns, per action, its error (None: done) and its duration in
+        seconds, ``-1.0`` for an action skipped because the plan was stale or its tablet
+        already has an action in this batch (the next plan decides again)."""
+        out: list[tuple[KuduError | None, float]] = [(None, -1.0)] * len(actions)
+        ready: list[tuple[int, str, str, str, TabletLeader]] = []
+        servers = {s.uuid for s in self.servers}
+        for i, action in enumerate(actions):
+            kind = str(action["action"])
+            tid, ts = str(action["tablet_id"]), str(action["ts_uuid"])
+            to = str(action.get("to_uuid", ""))
+            try:
+                # Only a server this application runs tasks on can receive a copy; evicting
+                # one needs nothing from it (it may be long dead).
+                target = ts if kind in ("add_replica", "promote_replica") else to
+                if kind != "remove_replica" and target not in servers:
+                    raise ServiceUnavailableError(
+                        f"tablet server {target} is not one of this application's ({kind} "
+                        f"of {tid})")
+                if kind not in ("add_replica", "promote_replica", "remove_replica",
+                                "move_replica"):
+                    raise InvalidArgumentError(f"unknown replication action {kind!r}")
+                if any(r[2] == tid for r in ready):
+                    continue  # one change at a time per tablet: the next pass
+                locs = self.master.get_table(str(action["table_name"]))
+                tablet = next((t for t in locs.tablets if t.tablet_id == tid), None)
+                if tablet is None or tablet.config_index != int(
+                        action.get("cas_config_index", 0)):
+                    continue  # the plan is stale: the tablet changed since; next pass
+                exclude = frozenset({ts}) if kind in ("remove_replica", "move_replica") \
+                    else frozenset()
+                lead = self._leaders_for(locs, [tid], exclude=exclude)[tid]
+            except KuduError as e:
+                out[i] = (e, 0.0)
+                continue
+            ready.append((i, kind, tid, ts if kind != "move_replica" else f"{ts}>{to}", lead))
 
-        try:
-            self._service.call(run).result()
-        except KuduError:
-            lead.abandon(f"{kind} of {ts} failed")
-            raise
-        self._report_config(lead)
+        def one(kind: str, member: str, lead: TabletLeader) -> tuple[KuduError | None, float]:
+            t0 = time.monotonic()
+            try:
+                if kind in ("add_replica", "promote_replica"):
+                    lead.add_replica(member)
+                elif kind == "remove_replica":
+                    lead.remove_replica(member)
+                else:  # the rebalancer's move: add, then remove
+                    src, dst = member.split(">")
+                    lead.add_replica(dst)
+                    lead.remove_replica(src)
+            except KuduError as e:
+                lead.abandon(f"{kind} of {member} failed")
+                return e, time.monotonic() - t0
+            return None, time.monotonic() - t0
+
+        def run_all() -> list[tuple[KuduError | None, float]]:
+            if len(ready) == 1:
+                _, kind, _, member, lead = ready[0]
+                return [one(kind, member, lead)]
+            with ThreadPoolExecutor(len(ready), thread_name_prefix="kudu-heal") as pool:
+                futs = [pool.submit(one, kind, member, lead)
+                        for _, kind, _, member, lead in ready]
+                return [f.result() for f in futs]
+
+        if ready:
+            for (i, _, _, _, lead), res in zip(ready, self._service.call(run_all).result(),
+                                               strict=True):
+                out[i] = res
+                if res[0] is None:
+                    self._report_config(lead)
+        return out
 
     def recover_tablet(self, table: str, tablet_id: str, survivor: str | None = None
                        ) -> dict[str, Any]:

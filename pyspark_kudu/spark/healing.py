@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,7 +66,9 @@ class HealerTarget:
     def replication_plan(self, max_actions: int) -> list[dict[str, Any]]:
         raise NotImplementedError
 
-    def execute_replication_action(self, action: dict[str, Any]) -> None:
+    def execute_replication_actions(self, actions: Sequence[dict[str, Any]]
+                                    ) -> list[tuple[KuduError | None, float]]:
+        """Per action: its error (None if done) and its duration (-1: skipped as stale)."""
         raise NotImplementedError
 
     def sweep_replicas(self) -> int:
@@ -137,17 +139,20 @@ class Healer:
         plan = self._target.replication_plan(self.max_moves)[:self.max_moves]
         if not plan and rebalance:
             plan = self._target.rebalance_plan(self.max_moves)[:self.max_moves]
-        for act in plan:
-            t0 = time.monotonic()
-            try:
-                self._target.execute_replication_action(act)
-                outcome = "ok"
-            except Exception as e:  # recorded and retried by a later pass
-                outcome = f"{type(e).__name__}: {e}"
+        # Actions of different tablets run concurrently (at most ``max_moves`` of them).
+        try:
+            results = self._target.execute_replication_actions(plan)
+        except KuduError as e:  # the whole batch failed (e.g. the service is closing)
+            results = [(e, 0.0)] * len(plan)
+        for act, (err, seconds) in zip(plan, results, strict=True):
+            outcome = ("skipped: stale plan" if err is None and seconds < 0 else
+                       "ok" if err is None else f"{type(err).__name__}: {err}")
+            seconds = max(seconds, 0.0)
+            if err is not None:
                 _log.warning("healing: %s of tablet %s on %s failed: %s", act["action"],
-                             act["tablet_id"], act["ts_uuid"], e)
+                             act["tablet_id"], act["ts_uuid"], err)
             rec = HealAction(str(act["action"]), str(act["tablet_id"]), str(act["ts_uuid"]),
-                             str(act.get("table_name", "")), outcome, time.monotonic() - t0)
+                             str(act.get("table_name", "")), outcome, seconds)
             done.append(rec)
             if self._on_action is not None:
                 self._on_action(rec)

@@ -346,6 +346,20 @@ class TabletLeader:
                 f"tablet {self.tablet.tablet_id}: this client is not the leader; call elect()"))
         return self.node
 
+    def _run_many(self, ts: str, reqs: Sequence[PeerRequest]) -> list[PeerResponse]:
+        """Several requests on one tablet server in one task, in order; all must succeed."""
+        for _ in range(_MAX_ROUND_ATTEMPTS):
+            out = self._transport.run({ts: list(reqs)}).get(ts)
+            if out is not None:
+                bad = [r for r in out if not r.ok]
+                if bad:
+                    raise RoundFailedError(
+                        f"tablet {self.tablet.tablet_id}: on replica {ts}: {bad[0].error}")
+                return out
+        raise RoundFailedError(
+            f"tablet {self.tablet.tablet_id}: tablet server {ts} did not answer "
+            f"after {_MAX_ROUND_ATTEMPTS} attempts")
+
     def _run_one(self, ts: str, req: PeerRequest, allow_error: str = "") -> PeerResponse:
         """One request on one tablet server (retried if its task fails). A refused request
         raises, unless its error starts with ``allow_error``: then it is returned."""
@@ -462,8 +476,8 @@ class TabletLeader:
         if ts not in cs.learners:
             # Not a member: any replica files it still has are from an earlier membership
             # (evicted, failed, or a lost majority's survivor) and must go first.
-            self._run_one(ts, PeerRequest(RequestKind.WIPE, self.tablet.tablet_id, ts))
-            self._run_one(ts, PeerRequest(RequestKind.CREATE, self.tablet.tablet_id, ts))
+            self._run_many(ts, [PeerRequest(RequestKind.WIPE, self.tablet.tablet_id, ts),
+                                PeerRequest(RequestKind.CREATE, self.tablet.tablet_id, ts)])
             self.change_config(ConfChange(ConfChangeType.ADD_LEARNER, ts))
         for _ in range(_CATCH_UP_ROUNDS):
             match = node.status().progress.get(ts, (0, 0))[0]

@@ -1,6 +1,7 @@
 """The fault harness in short mode (issue 8, "Proof"): its own standalone cluster, an RF=3
-table, a workload under killed executors, a restarted worker and a lost host; the checker
-finds no violation and the report files exist and parse.
+table, a workload under killed executors, a corrupted WAL and a lost host; the checker
+finds no violation, the healer restores full replication, and the report files exist and
+parse.
 
 The harness runs as its own driver process (one SparkContext per process) and starts and
 stops its own Spark cluster: it kills workers, so it must not share the session's cluster.
@@ -20,7 +21,7 @@ _DEADLINE_S = 900  # the short mode targets ~4 minutes; the rest is headroom for
 def test_short_fault_run_finds_no_violation_and_writes_its_report(tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = subprocess.run(
-        [sys.executable, "-m", "pyspark_kudu.tools.faults", "--mode", "short", "--seed", "1",
+        [sys.executable, "-m", "pyspark_kudu.tools.faults", "--mode", "short", "--seed", "2",
          "--out", str(out)],
         capture_output=True, text=True, timeout=_DEADLINE_S, cwd=REPO)
     tail = proc.stderr[-4000:]
@@ -29,8 +30,11 @@ def test_short_fault_run_finds_no_violation_and_writes_its_report(tmp_path: Path
         f"fault run exited {proc.returncode}; violations {report['checker']['violations']}; "
         f"errors {report.get('errors')}\n{tail}")
     assert report["checker"]["valid"] is True and report["checker"]["violations"] == []
-    assert report["seed"] == 1 and report["schedule"], report["schedule"]
+    assert report["seed"] == 2 and report["schedule"], report["schedule"]
     assert any(f["start"] is not None for f in report["faults"]), report["faults"]
+    # Seed 2 corrupts a replica's WAL: it must have been applied (not skipped).
+    corrupt = [f for f in report["faults"] if f["kind"] == "corrupt_replica"]
+    assert corrupt and corrupt[0]["start"] is not None, corrupt
     counts = report["counts"]
     assert counts["acknowledged_writes"] > 0 and counts["by_kind"].get("read"), counts
     # The healer brought the cluster back to full replication (a lost host included).
@@ -40,5 +44,5 @@ def test_short_fault_run_finds_no_violation_and_writes_its_report(tmp_path: Path
     png = (out / "timeline.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     schedule = json.loads((out / "schedule.json").read_text(encoding="utf-8"))
-    assert schedule["seed"] == 1 and schedule["events"] == report["schedule"]
-    assert "--replay" in report["replay"] and "seed 1" in proc.stderr
+    assert schedule["seed"] == 2 and schedule["events"] == report["schedule"]
+    assert "--replay" in report["replay"] and "seed 2" in proc.stderr

@@ -78,7 +78,7 @@ class HarnessConfig:
     unresponsive_s: float = 6.0
     recover_deadline_s: float = 30.0
     lose_host: bool = True
-    kinds: tuple[str, ...] = ("kill_executor", "restart_worker")
+    kinds: tuple[str, ...] = ("kill_executor", "restart_worker", "corrupt_replica")
     down_s: tuple[float, float] = (8.0, 12.0)
     gap_s: tuple[float, float] = (4.0, 7.0)
     op_pause_s: float = 0.05
@@ -387,10 +387,17 @@ def run(cfg: HarnessConfig, outdir: Path, schedule: Sequence[FaultEvent] | None 
         workload = _Workload(kudu, spark, history, cfg)
         workload.start()
         time.sleep(cfg.warmup_s)  # fault-free warm-up of the workload (pacing)
+        def healthy() -> bool:
+            recent = sampler.recent(2) if sampler is not None else []
+            return len(recent) == 2 and all(_fully_replicated(x) for x in recent)
+
         injector = FaultInjector(cluster, plan, history.now, lambda h: h in hosts_up(),
-                                 recover_deadline_s=cfg.recover_deadline_s).start()
+                                 recover_deadline_s=cfg.recover_deadline_s,
+                                 healthy=healthy, heal_deadline_s=cfg.restore_deadline_s
+                                 ).start()
         window_end = max([cfg.fault_window_s, *(e.at_s + e.duration_s for e in plan)])
-        if not injector.join(window_end + len(plan) * (cfg.recover_deadline_s + 15.0) + 30.0):
+        if not injector.join(window_end + len(plan) * (cfg.recover_deadline_s + 15.0) + 30.0
+                             + 2 * cfg.restore_deadline_s):
             errors.append("the fault injector did not finish its schedule in time")
         faults_end = history.now()
         log(f"faults over at {faults_end:.1f} s; waiting up to {cfg.restore_deadline_s:.0f} s "
@@ -414,6 +421,7 @@ def run(cfg: HarnessConfig, outdir: Path, schedule: Sequence[FaultEvent] | None 
         final = _final_read(workload, history, deadline_s=60.0)
         if final is None:
             errors.append("the final read of the whole table failed until its deadline")
+        errors.extend(_undetected_corruption(injector.snapshot()))
     except Exception as e:
         errors.append(f"{type(e).__name__}: {e}")
         log(traceback.format_exc())
@@ -435,6 +443,14 @@ def run(cfg: HarnessConfig, outdir: Path, schedule: Sequence[FaultEvent] | None 
                 errors.append(f"shutdown: {type(e).__name__}: {e}")
     return _finish(cfg, outdir, plan, faults, sampler, final, faults_end, restored_after,
                    errors, notes, time.monotonic() - wall0, log)
+
+
+def _undetected_corruption(faults: list[dict[str, Any]]) -> list[str]:
+    """Every WAL :func:`.inject.corrupt_replica` damaged must have been found failed (the
+    injector waits for the replica's ``failed`` marker); one never found is an error."""
+    return [f"the replica corrupted on {f['host']} was not found failed: {f['note']}"
+            for f in faults if f["kind"] == "corrupt_replica" and f["start"] is not None
+            and "found failed" not in str(f.get("note", ""))]
 
 
 def _struct() -> Any:

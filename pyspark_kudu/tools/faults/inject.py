@@ -12,14 +12,13 @@ Fault kinds (all on real processes; nothing is mocked):
   replication comes back only if the client re-replicates its tablets elsewhere (the
   background healer, issue 8). Planned at most once, last, and only when the remaining
   hosts can still hold ``rf`` replicas.
-* ``disk_full``, ``corrupt_replica`` -- **hooks, not implemented**: filling a real disk
-  needs a small dedicated filesystem (a loop mount needs root, which this machine does not
-  give) and a corruption fault needs the healing code to detect, fence and replace the
-  replica before it is worth injecting. :data:`FAULT_HOOKS` maps them to functions that
-  raise :class:`NotImplementedError`; the injector records them as ``skipped``. The
-  healing engineer fills them in (e.g. ``disk_full``: point the host's data root at an
-  fsspec filesystem with a quota; ``corrupt_replica``: flip a byte inside a non-tail WAL
-  frame of a follower replica, DESIGN §5) and adds them to a mode's ``kinds``.
+* ``corrupt_replica``: a byte flipped inside a replica's WAL, then its executor killed so the
+  replica is reopened (:func:`corrupt_replica`); it must be marked failed and replaced.
+* ``disk_full`` -- **a hook, not implemented here**: it needs a size-limited filesystem
+  under one worker's data root for the whole run (a tmpfs mount, which needs
+  CAP_SYS_ADMIN). A full disk is covered by
+  ``tests/unit/replication/test_failed_replicas.py`` on a real 1 MiB tmpfs. The hook
+  raises :class:`NotImplementedError` and the injector records it as ``skipped``.
 
 Executor pids are found under ``/proc``: a JVM running ``CoarseGrainedExecutorBackend``
 whose process group is the worker's (the worker is started in its own session by
@@ -42,8 +41,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from pyspark_kudu.spark.standalone import StandaloneCluster
+from pyspark_kudu.wal.format import HEADER_SIZE, parse_frame
 
 __all__ = [
+    "CORRUPTED",
     "FAULT_HOOKS",
     "KINDS",
     "FaultEvent",
@@ -129,9 +130,65 @@ def _not_implemented(kind: str) -> Callable[[StandaloneCluster, str], None]:
     return hook
 
 
+_DESTRUCTIVE = frozenset({"corrupt_replica", "lose_host"})
+
+CORRUPTED: list[tuple[str, str]] = []
+"""(host, tablet id) of every replica :func:`corrupt_replica` damaged in this process."""
+
+
+def corrupt_replica(cluster: StandaloneCluster, host: str) -> None:
+    """Flip one byte inside a WAL frame of one replica on ``host`` that belongs to an earlier
+    group commit than the segment's last (corruption, not a torn write, DESIGN §5), then
+    SIGKILL the host's executor so that the replica is reopened -- and its WAL recovered and
+    checked -- by the next task, as after a crash. The replica must then be marked failed,
+    never serve, and be replaced; the checker proves no acknowledged write was lost."""
+    base = cluster.data_root(host) / "tablets"
+    candidates = []
+    if base.is_dir():
+        for t in sorted(base.iterdir()):
+            wal = t / "wal"
+            if t.name.startswith(".") or (t / "failed").exists() or not wal.is_dir():
+                continue
+            candidates.extend(sorted(p for p in wal.iterdir() if p.is_file()
+                                     and p.stat().st_size > HEADER_SIZE))
+    if not candidates:
+        raise NotImplementedError(f"no replica with a WAL worth corrupting on {host}")
+    for seg in candidates:
+        data = seg.read_bytes()
+        frames = []
+        pos = HEADER_SIZE
+        while True:
+            f = parse_frame(data, pos, len(data))
+            if isinstance(f, str):
+                break
+            frames.append(f)
+            pos = f.offset + f.size
+        # A frame of the last group commit may be a torn write, which recovery rightly
+        # truncates; corruption is damage to a frame of an earlier, acknowledged group.
+        early = [f for f in frames if frames and f.group_start < frames[-1].group_start]
+        if early:
+            break
+    else:
+        raise NotImplementedError(f"no replica on {host} has a WAL frame before its last "
+                                  f"group commit to corrupt")
+    victim = early[len(early) // 2]
+    at = victim.offset + victim.size // 2
+    with open(seg, "r+b") as fh:
+        fh.seek(at)
+        fh.write(bytes([data[at] ^ 0xFF]))
+        fh.flush()
+        os.fsync(fh.fileno())
+    CORRUPTED.append((host, seg.parent.parent.name))
+    for pid in executor_pids(cluster, host):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 FAULT_HOOKS: dict[str, Callable[[StandaloneCluster, str], None]] = {
     "disk_full": _not_implemented("disk_full"),
-    "corrupt_replica": _not_implemented("corrupt_replica"),
+    "corrupt_replica": corrupt_replica,
 }
 """Faults without a built-in implementation: ``kind -> fn(cluster, host)``."""
 
@@ -143,8 +200,14 @@ class FaultInjector:
 
     def __init__(self, cluster: StandaloneCluster, schedule: Sequence[FaultEvent],
                  clock: Callable[[], float], has_executor: Callable[[str], bool],
-                 recover_deadline_s: float = 60.0) -> None:
+                 recover_deadline_s: float = 60.0,
+                 healthy: Callable[[], bool] | None = None,
+                 heal_deadline_s: float = 120.0) -> None:
         self.cluster = cluster
+        # RF=3 survives one failure at a time: a fault that may take a replica for good
+        # (corruption, a lost host) waits until the cluster is back to full replication.
+        self.healthy = healthy
+        self.heal_deadline_s = heal_deadline_s
         self.schedule = sorted(schedule, key=lambda e: e.at_s)
         self.clock = clock
         self.has_executor = has_executor
@@ -199,6 +262,11 @@ class FaultInjector:
                 if ev.host in self.lost_hosts:
                     self._record(ev, note="skipped: host already lost")
                     continue
+                if ev.kind in _DESTRUCTIVE and self.healthy is not None:
+                    end = time.monotonic() + self.heal_deadline_s
+                    while not self.healthy() and time.monotonic() < end:
+                        if self._stop.wait(0.5):  # pacing a deadline-bounded wait
+                            return
                 self._apply(ev)
         finally:
             self.finished_at = self.clock()
@@ -208,9 +276,12 @@ class FaultInjector:
             rec = self._record(ev, start=self.clock())
             try:
                 FAULT_HOOKS[ev.kind](self.cluster, ev.host)
-                self._update(rec, end=self.clock())
             except NotImplementedError as e:
                 self._update(rec, start=None, note=f"skipped: {e}")
+                return
+            if ev.kind == "corrupt_replica":
+                self._await_detection(rec)
+            self._update(rec, end=self.clock())
             return
         if ev.kind == "kill_executor":
             pids = executor_pids(self.cluster, ev.host)
@@ -237,6 +308,27 @@ class FaultInjector:
             self.cluster.kill_worker(ev.host)
         else:
             raise ValueError(f"unknown fault kind {ev.kind!r}")
+
+    def _await_detection(self, rec: dict[str, Any]) -> None:
+        """The fault lasts until the damaged replica is found failed (its ``failed`` marker)
+        or already deleted, at most ``heal_deadline_s``: the next destructive fault must not
+        strike the same tablet before its replacement even started."""
+        host, tid = CORRUPTED[-1]
+        tdir = self.cluster.data_root(host) / "tablets" / tid
+        end = time.monotonic() + self.heal_deadline_s
+        while time.monotonic() < end and not self._stop.is_set():
+            if (tdir / "failed").exists() or not tdir.exists():
+                self._update(rec, note=f"tablet {tid}: replica found failed")
+                # ...and reported: ksck shows the tablet RECOVERING (REPLACE mark) before a
+                # later destructive fault checks that replication is whole again.
+                seen = time.monotonic() + 30.0
+                while (self.healthy is not None and self.healthy()
+                       and time.monotonic() < seen and not self._stop.is_set()):
+                    self._stop.wait(0.2)
+                return
+            self._stop.wait(0.2)
+        self._update(rec, note=f"tablet {tid}: the damaged replica was not found failed "
+                     f"within {self.heal_deadline_s:.0f} s")
 
     def _await_executor(self, host: str, rec: dict[str, Any]) -> None:
         """End the span when the driver sees an executor on ``host`` again, waiting at most
