@@ -749,8 +749,8 @@ class KuduContext(HealerTarget):
         """Delete replicas the catalog says are evicted or of deleted tables, on every tablet
         server with an executor (the master decides, from a report of what each holds).
         Returns how many were deleted."""
-        live = self.transport.unreachable()
-        servers = [s for s in self.servers if s.uuid not in live]
+        gone = self.transport.unreachable()
+        servers = [s for s in self.servers if s.uuid not in gone]
         if not servers:
             return 0
         try:

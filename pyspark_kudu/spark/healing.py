@@ -131,7 +131,10 @@ class Healer:
             if time.monotonic() > end:
                 return False, done
             if not acts or all(a.outcome != "ok" for a in acts):
-                self._stop.wait(poll_s)  # nothing could be done yet: the next pass, later
+                # Nothing could be done yet (e.g. a server not yet declared failed): pace
+                # the passes. Not ``_stop``: callers driving passes themselves stop the
+                # background thread first.
+                time.sleep(poll_s)
 
     def _pass(self, rebalance: bool) -> list[HealAction]:
         self.passes += 1

@@ -105,7 +105,7 @@ from pyspark_kudu.spark.dataplane import (
     wal_ref,
 )
 from pyspark_kudu.spark.replicas import ReplicaHandle, delete_replica, open_replica
-from pyspark_kudu.spark.tabletcopy import copy_out, install_copy, part_refs
+from pyspark_kudu.spark.tabletcopy import COPYING_FILE, copy_out, install_copy, part_refs
 from pyspark_kudu.spark.tabletlog import WalCommittedLog
 from pyspark_kudu.tablet import Tablet, WriteResult
 from pyspark_kudu.tablet.superblock import SUPERBLOCK_FILE
@@ -294,7 +294,8 @@ def scan_replica(
     """
     io = tablet_dir(root, tablet_id)
     _require_replica(io, tablet_id)
-    why = failed_reason(io)
+    why = failed_reason(io) or (
+        "a tablet copy into it was interrupted" if io.exists(COPYING_FILE) else None)
     if why is not None:
         raise ServiceUnavailableError(
             f"replica of tablet {tablet_id} under {root} is failed and serves nothing ({why})")
@@ -391,6 +392,8 @@ def _handle_one(
     _require_replica(io, req.tablet_id, create=req.kind == RequestKind.CREATE)
     if io.exists(FAILED_FILE):
         return _failed_response(req, host, io)
+    if req.kind != RequestKind.INSTALL_COPY and io.exists(COPYING_FILE):
+        return _failed_response(req, host, io, "a tablet copy into it was interrupted")
     try:
         with open_replica(root, io, req.tablet_id, options, mutate) as handle:
             applied = _read_applied(io)

@@ -28,6 +28,10 @@ replica's WAL still holds cannot be caught up entry by entry; it receives a *tab
      index becomes at least ``A``;
    - ``applied`` is set to ``A`` and the part files removed.
 
+   While the old tablet is being replaced a ``copying`` marker stands in the replica's
+   directory; a replica that still has it (the install was interrupted by a crash) is
+   refused by every request but another ``INSTALL_COPY``, like a failed one, and replaced.
+
 The copy stands for a committed prefix of the source (only applied, hence committed, state is
 copied), so installing it on any replica is safe: Raft's InstallSnapshot.
 
@@ -61,9 +65,10 @@ from pyspark_kudu.tablet.copy import CopyChunk, TabletCopySource, install_tablet
 from pyspark_kudu.tablet.log import MemoryLog
 from pyspark_kudu.tablet.superblock import SUPERBLOCK_FILE
 
-__all__ = ["PART_BYTES", "CopyOut", "copy_out", "install_copy", "part_refs"]
+__all__ = ["COPYING_FILE", "PART_BYTES", "CopyOut", "copy_out", "install_copy", "part_refs"]
 
 PART_BYTES = 64 << 20
+COPYING_FILE = "copying"
 _LEN = struct.Struct(">I")
 _COPY_IN = "copy-in"
 
@@ -175,7 +180,10 @@ def install_copy(root: str, tablet_id: str, handle: ReplicaHandle, copy_id: str,
     paths = [os.path.join(in_dir, f"part-{n:06d}") for n in range(total_parts)]
     if not all(os.path.exists(p) for p in paths):
         return False
-    # Everything is here: replace the replica's tablet by the copy.
+    # Everything is here: replace the replica's tablet by the copy. Until the last step the
+    # replica is half old, half new: ``COPYING`` marks it, and a replica found so (a crash
+    # mid-install) is treated as failed by every request but another install (peer.py).
+    io.atomic_write(copy_id.encode(), COPYING_FILE)
     if handle.tablet is not None:
         handle.tablet.close()
         handle.tablet, handle.tablet_log = None, None
@@ -195,4 +203,5 @@ def install_copy(root: str, tablet_id: str, handle: ReplicaHandle, copy_id: str,
     storage.apply_snapshot(Snapshot(snapshot))
     storage.set_hard_state(HardState(hs.term, hs.vote, snapshot.index))
     shutil.rmtree(io.local_path(_COPY_IN), ignore_errors=True)
+    os.remove(io.local_path(COPYING_FILE))
     return True

@@ -113,3 +113,20 @@ def test_a_replica_whose_disk_fills_up_is_failed_and_the_majority_goes_on(
     lead.heartbeat()
     assert sum(pa.ipc.open_stream(b).read_all().num_rows
                for b in scan_replica(roots["ts-a"], "t", None, (), None)) > 100
+
+
+def test_a_replica_left_mid_copy_by_a_crash_serves_nothing(tmp_path: Path) -> None:
+    """An install replaces the old tablet step by step; a crash in between leaves the
+    ``copying`` marker, and such a replica is refused like a failed one until replaced."""
+    from pyspark_kudu.spark.tabletcopy import COPYING_FILE
+
+    transport = DirectTransport({ts: str(tmp_path / ts) for ts in TS}, OPTS)
+    lead = _leader(transport)
+    lead.propose([_batch(0, 20)])
+    lead.heartbeat()
+    (Path(transport.roots["ts-c"]) / "tablets" / "t" / COPYING_FILE).write_text("x")
+    (pos,) = lead.propose([_batch(100, 5)])
+    assert lead.committed(pos[0])
+    assert "interrupted" in lead.failed_replicas.get("ts-c", ""), lead.failed_replicas
+    with pytest.raises(ServiceUnavailableError, match="interrupted"):
+        scan_replica(transport.roots["ts-c"], "t", None, (), None)
