@@ -436,7 +436,7 @@ class TabletLeader:
                     RequestKind.DROP_COPY, self.tablet.tablet_id, self.leader_id,
                     copy_id=copy_id))
             except RoundFailedError:
-                pass  # staging of a lost host goes with it; a live one is swept later
+                pass  # known limit: the parts stay under staging/copy-<id> on that host
         self.copies += 1
         return snap.index if installed else 0
 
