@@ -32,7 +32,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pyspark_kudu.errors import InvalidArgumentError, NotFoundError
-from pyspark_kudu.schema import Predicate, PredicateOp, Schema, values_from_json, values_to_json
+from pyspark_kudu.schema import (
+    ARROW_CAST_ERRORS,
+    Predicate,
+    PredicateOp,
+    Schema,
+    values_from_json,
+    values_to_json,
+)
 
 __all__ = [
     "HashDimension",
@@ -397,7 +404,7 @@ class Partitioner:
             return col
         try:
             return col.cast(want)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+        except ARROW_CAST_ERRORS as e:
             raise InvalidArgumentError(
                 f"key column {name!r}: cannot convert {col.type} values to the table's "
                 f"{want} ({e}); cast the data first") from e

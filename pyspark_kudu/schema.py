@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover - only for annotations; pyspark is importe
     from pyspark.sql.types import DataType, StructType
 
 __all__ = [
+    "ARROW_CAST_ERRORS",
     "RESERVED_PREFIX",
     "ColumnSchema",
     "Predicate",
@@ -50,6 +51,9 @@ __all__ = [
     "values_from_json",
     "values_to_json",
 ]
+
+ARROW_CAST_ERRORS = (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError)
+"""What ``Array.cast`` raises for values that do not fit the target type."""
 
 RESERVED_PREFIX = "__kudu_"
 """Column-name prefix reserved for the storage engine (MVCC timestamps, row positions)."""

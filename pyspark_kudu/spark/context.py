@@ -66,7 +66,7 @@ from pyspark_kudu.spark.dataplane import (
     stage_batches,
     staging_schema,
 )
-from pyspark_kudu.spark.healing import Healer, HealerTarget
+from pyspark_kudu.spark.healing import Healer
 from pyspark_kudu.spark.leader import (
     FencedError,
     RoundFailedError,
@@ -131,7 +131,7 @@ class _ScanTask:
     known_commit: int | None
 
 
-class KuduContext(HealerTarget):
+class KuduContext:
     """Tables of this cluster, for one SparkSession. Close it (or use ``with``).
 
     Unless ``spark.kudu.heal.enabled=false``, the context also heals the cluster in the
@@ -568,7 +568,7 @@ class KuduContext(HealerTarget):
                     + ")")
             return {tid: self._leaders[tid] for tid in tablet_ids}
 
-    # -- healing (HealerTarget; see pyspark_kudu.spark.healing) --------------------------------
+    # -- healing (the healer's HealerTarget; see pyspark_kudu.spark.healing) -------------------
     def replication_plan(self, max_actions: int = 0) -> list[dict[str, Any]]:
         """The leader master's re-replication actions (see ``redrive.replication_plan``),
         after reporting the failed replicas this client has seen."""

@@ -38,7 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from pyspark_kudu.errors import KuduError
 
@@ -60,22 +60,19 @@ class HealAction:
     at: float = field(default_factory=time.time)
 
 
-class HealerTarget:
-    """What the healer needs from its client (the ``KuduContext`` implements it)."""
+class HealerTarget(Protocol):
+    """What the healer needs from its client (the ``KuduContext`` provides it)."""
 
-    def replication_plan(self, max_actions: int) -> list[dict[str, Any]]:
-        raise NotImplementedError
+    def replication_plan(self, max_actions: int) -> list[dict[str, Any]]: ...
 
     def execute_replication_actions(self, actions: Sequence[dict[str, Any]]
                                     ) -> list[tuple[KuduError | None, float]]:
         """Per action: its error (None if done) and its duration (-1: skipped as stale)."""
-        raise NotImplementedError
+        ...
 
-    def sweep_replicas(self) -> int:
-        raise NotImplementedError
+    def sweep_replicas(self) -> int: ...
 
-    def rebalance_plan(self, max_moves: int) -> list[dict[str, Any]]:
-        raise NotImplementedError
+    def rebalance_plan(self, max_moves: int) -> list[dict[str, Any]]: ...
 
 
 class Healer:

@@ -39,7 +39,13 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from pyspark_kudu.errors import InvalidArgumentError
-from pyspark_kudu.schema import RESERVED_PREFIX, Schema, type_family, type_to_str
+from pyspark_kudu.schema import (
+    ARROW_CAST_ERRORS,
+    RESERVED_PREFIX,
+    Schema,
+    type_family,
+    type_to_str,
+)
 
 __all__ = [
     "MAGIC",
@@ -196,7 +202,7 @@ def encode_write_batch(schema: Schema,
                 )
             try:
                 arr = arr.cast(col.type, safe=True)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+            except ARROW_CAST_ERRORS as e:
                 raise InvalidArgumentError(
                     f"column {col.name!r}: cannot convert {arr.type} values to"
                     f" {type_to_str(col.type)} ({e}); cast the data first"
