@@ -82,6 +82,7 @@ from pyspark_kudu.spark.replicas import delete_replica
 from pyspark_kudu.spark.rounds import SparkTransport, TabletServerLocation, root_cause
 from pyspark_kudu.spark.service import ReplicationService, WriteOutcome
 from pyspark_kudu.spark.session import register
+from pyspark_kudu.spark.sharedrounds import SharedRounds
 from pyspark_kudu.spark.tserver import ensure_instance, local_data_root, run_pinned
 from pyspark_kudu.tablet import OpType
 from pyspark_kudu.wal import WalOptions
@@ -646,8 +647,19 @@ class KuduContext:
             if len(ready) == 1:
                 _, kind, _, member, lead = ready[0]
                 return [one(kind, member, lead)]
+            # One thread per tablet, their rounds merged: one stage per step for all.
+            shared = SharedRounds(self.transport, len(ready))
+
+            def party_member(kind: str, member: str, lead: TabletLeader
+                             ) -> tuple[KuduError | None, float]:
+                try:
+                    with lead.rounds_via(shared):
+                        return one(kind, member, lead)
+                finally:
+                    shared.leave()
+
             with ThreadPoolExecutor(len(ready), thread_name_prefix="kudu-heal") as pool:
-                futs = [pool.submit(one, kind, member, lead)
+                futs = [pool.submit(party_member, kind, member, lead)
                         for _, kind, _, member, lead in ready]
                 return [f.result() for f in futs]
 

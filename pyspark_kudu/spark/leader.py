@@ -47,7 +47,8 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -66,6 +67,7 @@ from pyspark_kudu.errors import (
     AbortedError,
     IllegalStateError,
     KuduError,
+    ProposalDroppedError,
     ServiceUnavailableError,
 )
 from pyspark_kudu.spark.peer import PeerRequest, PeerResponse, ReplicaState, RequestKind
@@ -148,6 +150,12 @@ class TabletLeader:
         # reports them to the master, which has them replaced (peer.py, failed replicas).
         self.failed_replicas: dict[str, str] = {}
         self.config_index = 0  # log index of the last configuration change it applied
+        # Requests that ride along with the next round (see _round_with, _defer): the round's
+        # stage carries them in the same task as the Raft traffic, so they cost no job.
+        self._attached: dict[str, list[PeerRequest]] = {}
+        self._attached_front = False
+        self._attached_out: dict[str, list[PeerResponse] | None] = {}
+        self._deferred: list[PeerRequest] = []  # best effort, on L's host (e.g. DROP_COPY)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def create(self, schema_json: str = "") -> None:
@@ -272,14 +280,16 @@ class TabletLeader:
         return self.node is not None and self.node.commit_index >= index
 
     def start_round(self) -> _Round | None:
-        """Take the ``RaftNode``'s Ready and turn it into requests per tablet server."""
+        """Take the ``RaftNode``'s Ready and turn it into requests per tablet server, plus
+        any attached or deferred requests (a round of those alone when nothing is ready)."""
         node = self._leader()
-        if not node.has_ready():
+        extra = bool(self._attached or self._deferred)
+        if not node.has_ready() and not extra:
             return None
-        rd = node.ready()
+        rd = node.ready() if node.has_ready() else None
         reqs: dict[str, list[PeerRequest]] = {}
         snaps: list[str] = []
-        for m in rd.messages:
+        for m in rd.messages if rd is not None else ():
             if m.type == MessageType.SNAP:
                 snaps.append(m.to)
                 continue
@@ -289,11 +299,20 @@ class TabletLeader:
             else:
                 lst.append(PeerRequest(RequestKind.STEP, self.tablet.tablet_id, m.to,
                                        messages=(m,)))
-        if rd.entries or rd.hard_state is not None:
+        if rd is not None and (rd.entries or rd.hard_state is not None):
             reqs.setdefault(self.leader_id, []).insert(0, PeerRequest(
                 RequestKind.PERSIST, self.tablet.tablet_id, self.leader_id, term=node.term,
                 entries=rd.entries, hard_state=rd.hard_state))
-        return _Round(rd, reqs, snaps)
+        attached: dict[str, tuple[int, int]] = {}  # ts -> (position, count) in its list
+        for ts, extra_reqs in self._attached.items():
+            lst = reqs.setdefault(ts, [])
+            pos = 0 if self._attached_front else len(lst)
+            lst[pos:pos] = extra_reqs
+            attached[ts] = (pos, len(extra_reqs))
+        if self._deferred:
+            reqs.setdefault(self.leader_id, []).extend(self._deferred)
+            self._deferred = []
+        return _Round(rd, reqs, snaps, attached)
 
     def finish_round(self, rnd: _Round,
                      out: Mapping[str, Sequence[PeerResponse] | None]) -> None:
@@ -302,6 +321,10 @@ class TabletLeader:
         persist_sent = any(r.kind == RequestKind.PERSIST
                            for r in rnd.requests.get(self.leader_id, []))
         leader_persisted = not persist_sent
+        self._attached_out = {}
+        for ts, (pos, count) in rnd.attached.items():
+            resps = out.get(ts)
+            self._attached_out[ts] = None if resps is None else list(resps[pos:pos + count])
         for ts, resps in out.items():
             if resps is None:
                 continue
@@ -325,6 +348,8 @@ class TabletLeader:
             raise RoundFailedError(
                 f"tablet {self.tablet.tablet_id}: the leader replica {self.leader_id} could not "
                 f"persist its log; elect a leader again (possibly on another replica)")
+        if rnd.ready is None:  # a round of attached requests only
+            return
         # L persisted the Ready: mirror it, then let the RaftNode count L (its rule 3).
         self._view.append(rnd.ready.entries)
         if rnd.ready.hard_state is not None:
@@ -431,12 +456,8 @@ class TabletLeader:
             if not installed:
                 self.last_catch_up_error = f"{follower}: copy {copy_id} incomplete"
         finally:
-            try:
-                self._run_one(self.leader_id, PeerRequest(
-                    RequestKind.DROP_COPY, self.tablet.tablet_id, self.leader_id,
-                    copy_id=copy_id))
-            except RoundFailedError:
-                pass  # known limit: the parts stay under staging/copy-<id> on that host
+            self._defer(PeerRequest(RequestKind.DROP_COPY, self.tablet.tablet_id,
+                                    self.leader_id, copy_id=copy_id))
         self.copies += 1
         return snap.index if installed else 0
 
@@ -447,38 +468,57 @@ class TabletLeader:
     def change_config(self, cc: ConfChange) -> int:
         """Propose one membership change and run rounds until it is committed and applied
         (the next change may only be proposed then). Returns the change's log index."""
-        node = self._leader()
-        self.flush()  # a change still pending must be applied first
-        node.propose_conf_change(cc)
-        index = node.log.last_index()
-        for _ in range(_MAX_ROUNDS):
-            self.flush()
-            if node.log.applied >= index:
-                self.config_index = index
-                return index
-            node.broadcast_heartbeat()
-        raise RoundFailedError(
-            f"tablet {self.tablet.tablet_id}: configuration change {cc.type.value} "
-            f"{cc.node_id} (index {index}) did not commit (commit index {node.commit_index})")
+        index = self._propose_change(cc)
+        self._wait_applied(index, cc)
+        return index
 
     def add_replica(self, ts: str, promote: bool = True) -> None:
         """Add ``ts`` as a NON_VOTER, copy the tablet to it, and (``promote``) make it a
-        voter once its log matches the commit index. Idempotent: resumes a half-done add."""
+        voter once its log matches the commit index. Idempotent: resumes a half-done add.
+
+        A fresh add takes five rounds when nothing fails, each one stage for every tablet
+        sharing it (:func:`run_round`): (1) the ADD_LEARNER entry, with WIPE + CREATE of the
+        new replica in the same task; (2) its commit, with ``COPY_OUT`` on L's host after L
+        applied it; (3) the parts shuffled to the new replica and ``INSTALL_COPY``, ahead of
+        the leader's first AppendEntries to it in the same task, which the installed copy
+        then matches; (4, 5) the ADD_VOTER entry and its commit, with ``DROP_COPY``. Anything
+        out of the ordinary (a failed task, a consensus-only replica, a lagging replica)
+        falls back to the general catch-up (``_catch_up``)."""
         node = self._leader()
         cs = node.conf_state
         if ts in cs.voters:
             return
-        # The driver's mirror may still hold the last writes' entries as staged-batch refs
-        # whose files are being removed: apply and release them, so the new replica gets
-        # everything from the leader replica (tablet copy, then its log), never a dead ref.
-        self.heartbeat()
-        self.release(node.commit_index)
         if ts not in cs.learners:
             # Not a member: any replica files it still has are from an earlier membership
             # (evicted, failed, or a lost majority's survivor) and must go first.
-            self._run_many(ts, [PeerRequest(RequestKind.WIPE, self.tablet.tablet_id, ts),
-                                PeerRequest(RequestKind.CREATE, self.tablet.tablet_id, ts)])
-            self.change_config(ConfChange(ConfChangeType.ADD_LEARNER, ts))
+            index = self._propose_change(ConfChange(ConfChangeType.ADD_LEARNER, ts))
+            out = self._round_with({ts: [
+                PeerRequest(RequestKind.WIPE, self.tablet.tablet_id, ts),
+                PeerRequest(RequestKind.CREATE, self.tablet.tablet_id, ts)]}, front=True)
+            created = out.get(ts)
+            if created is None or not all(r.ok for r in created):
+                # The change may commit without the new replica (it is no voter); it then
+                # catches up like any follower once it exists.
+                self._run_many(ts, [PeerRequest(RequestKind.WIPE, self.tablet.tablet_id, ts),
+                                    PeerRequest(RequestKind.CREATE, self.tablet.tablet_id, ts)])
+            copy_id = uuid.uuid4().hex
+            out = self._round_with({self.leader_id: [PeerRequest(
+                RequestKind.COPY_OUT, self.tablet.tablet_id, self.leader_id,
+                copy_id=copy_id)]})
+            self._wait_applied(index, ConfChange(ConfChangeType.ADD_LEARNER, ts))
+            # The mirror may still hold the last writes' entries as staged-batch refs whose
+            # files are being removed: release them (they are applied), so the new replica
+            # gets everything from L (the copy, or L's log), never a dead ref.
+            self.release(node.commit_index)
+            copied = _first(out.get(self.leader_id))
+            if copied is not None and copied.ok:
+                self._install_fresh(ts, copy_id, copied)
+            elif copied is not None:
+                self.last_catch_up_error = f"{ts}: no tablet copy ({copied.error})"
+        else:
+            # Resuming an add cut short: the learner's replica may never have been created
+            # (CREATE is idempotent; its files are kept if it exists).
+            self._run_many(ts, [PeerRequest(RequestKind.CREATE, self.tablet.tablet_id, ts)])
         for _ in range(_CATCH_UP_ROUNDS):
             match = node.status().progress.get(ts, (0, 0))[0]
             if match >= node.commit_index:
@@ -493,6 +533,83 @@ class TabletLeader:
                 f"{self.last_catch_up_error or 'none'})")
         if promote:
             self.change_config(ConfChange(ConfChangeType.ADD_VOTER, ts))
+
+    def _install_fresh(self, ts: str, copy_id: str, copied: PeerResponse) -> None:
+        """Install L's copy ``copy_id`` on the new replica ``ts``: the last parts in the same
+        task as the leader's next messages to it (its first AppendEntries, which the copy
+        then matches). The staged parts are dropped with the next round on L's host."""
+        assert copied.state is not None
+        snap = SnapshotMetadata(copied.last_index, copied.prev_term, copied.state.conf_state)
+        parts = copied.entries
+        last = max(0, (len(parts) - 1) // _COPY_PARTS_PER_ROUND * _COPY_PARTS_PER_ROUND)
+        try:
+            for k in range(0, last, _COPY_PARTS_PER_ROUND):  # bounded memory per round
+                self._run_one(ts, PeerRequest(
+                    RequestKind.INSTALL_COPY, self.tablet.tablet_id, ts,
+                    entries=parts[k:k + _COPY_PARTS_PER_ROUND], lo=k, hi=len(parts),
+                    copy_id=copy_id, snapshot=snap))
+            out = self._round_with({ts: [PeerRequest(
+                RequestKind.INSTALL_COPY, self.tablet.tablet_id, ts, entries=parts[last:],
+                lo=last, hi=len(parts), copy_id=copy_id, snapshot=snap)]}, front=True)
+            resp = _first(out.get(ts))
+            if resp is None or not resp.installed:
+                self.last_catch_up_error = (
+                    f"{ts}: copy {copy_id} not installed "
+                    f"({resp.error if resp is not None else 'its task failed'})")
+            else:
+                self.copies += 1
+        except RoundFailedError as e:
+            self.last_catch_up_error = f"{ts}: {e}"
+        finally:
+            self._defer(PeerRequest(RequestKind.DROP_COPY, self.tablet.tablet_id,
+                                    self.leader_id, copy_id=copy_id))
+
+    def _propose_change(self, cc: ConfChange) -> int:
+        """Append one membership change to the leader's log (after a pending one applied);
+        returns its index. It is replicated by the next rounds."""
+        node = self._leader()
+        try:
+            node.propose_conf_change(cc)
+        except ProposalDroppedError:
+            self.flush()  # the previous change is not applied yet
+            node.propose_conf_change(cc)
+        return node.log.last_index()
+
+    def _wait_applied(self, index: int, cc: ConfChange) -> None:
+        node = self._leader()
+        for _ in range(_MAX_ROUNDS):
+            if node.log.applied >= index:
+                self.config_index = index
+                return
+            self.flush()
+            if node.log.applied >= index:
+                self.config_index = index
+                return
+            node.broadcast_heartbeat()
+        raise RoundFailedError(
+            f"tablet {self.tablet.tablet_id}: configuration change {cc.type.value} "
+            f"{cc.node_id} (index {index}) did not commit (commit index {node.commit_index})")
+
+    def _round_with(self, extra: Mapping[str, Sequence[PeerRequest]], front: bool = False
+                    ) -> dict[str, list[PeerResponse] | None]:
+        """One round carrying the ``RaftNode``'s Ready (if any) and ``extra`` requests, put
+        before (``front``) or after the Raft traffic in each tablet server's task. Returns
+        the extra requests' responses per tablet server (None: its task failed)."""
+        self._attached = {ts: list(reqs) for ts, reqs in extra.items()}
+        self._attached_front = front
+        self._attached_out = {}
+        try:
+            errors = run_round(self._transport, [self])
+        finally:
+            self._attached = {}
+        if self in errors:
+            raise errors[self]
+        return self._attached_out
+
+    def _defer(self, req: PeerRequest) -> None:
+        """A best-effort request for L's host, sent with the next round (its answer is not
+        checked; e.g. dropping a tablet copy's staged parts)."""
+        self._deferred.append(req)
 
     def remove_replica(self, ts: str) -> None:
         """Evict ``ts`` from the configuration (its files are deleted when its server next
@@ -519,6 +636,16 @@ class TabletLeader:
             return
         self._view.create_snapshot(floor, node.conf_state)
         self._view.compact(floor)
+
+    @contextmanager
+    def rounds_via(self, transport: PeerTransport) -> Iterator[None]:
+        """Run this leader's rounds through ``transport`` meanwhile (e.g. a
+        :class:`~pyspark_kudu.spark.sharedrounds.SharedRounds` party)."""
+        old, self._transport = self._transport, transport
+        try:
+            yield
+        finally:
+            self._transport = old
 
     def drop_results(self) -> None:
         """Forget per-row results nobody is waiting for (writes that did not ask)."""
@@ -574,9 +701,10 @@ class TabletLeader:
 
 @dataclass(frozen=True)
 class _Round:
-    ready: Ready
+    ready: Ready | None  # None: a round of attached or deferred requests only
     requests: dict[str, list[PeerRequest]]
     snaps: list[str]
+    attached: dict[str, tuple[int, int]]  # tablet server -> (position, count) of attached
 
 
 def _run_with_retries(transport: PeerTransport, reqs: Mapping[str, Sequence[PeerRequest]]
@@ -784,6 +912,10 @@ def _leader_view(state: ReplicaState) -> MemoryStorage:
     st.append(list(state.tail))
     st.set_hard_state(hs)
     return st
+
+
+def _first(resps: list[PeerResponse] | None) -> PeerResponse | None:
+    return resps[0] if resps else None
 
 
 def _all_ok(resps: list[PeerResponse] | None) -> bool:

@@ -7,12 +7,14 @@ left open, **if no other process touched the replica since**.
 
 Several processes may serve one replica: Python workers of one executor, and executors of
 other Spark applications on the same host. Each request holds the replica's ``flock``
-(``<tablet>/lock``); a request that may change the replica first bumps the number in
+(``<tablet>/lock``); a request that may change the replica first writes a new random token to
 ``<tablet>/generation`` (before any change, so a crash mid-request still invalidates other
 caches). A cached handle is used only when the generation on disk is the one it left;
-otherwise it is closed and the replica reopened. The file is not fsynced: it only has to
-agree between processes of one host, which share the page cache, and a host crash ends
-every cache anyway.
+otherwise it is closed and the replica reopened. Tokens are random, not a counter: a replica
+deleted and created again (WIPE, a lost disk) must never match a handle another process
+kept of its previous incarnation, and a counter would restart from the same values. The
+file is not fsynced: it only has to agree between processes of one host, which share the
+page cache, and a host crash ends every cache anyway.
 
 On release the lazily kept commit index is persisted (``WalStorage.sync_commit``), so a
 process that reopens the replica sees it. A request that fails drops its handle (the storage
@@ -64,7 +66,7 @@ class ReplicaHandle:
     io: FileIO
     storage: WalStorage
     options: WalOptions | None
-    generation: int
+    generation: str
     tablet: Tablet | None = None
     tablet_log: WalCommittedLog | None = None
 
@@ -96,20 +98,25 @@ def clear_cache() -> None:
         h.close()
 
 
-def _read_generation(io: FileIO) -> int:
+def _read_generation(io: FileIO) -> str:
+    """(Lock held.) The replica's generation token; a replica without one gets one now, so
+    that no two incarnations of a replica directory ever share a token."""
     try:
         with open(io.local_path(_GEN_FILE), "rb") as f:
-            return int(f.read() or b"0")
+            gen = f.read().decode(errors="replace").strip()
     except FileNotFoundError:
-        return 0
+        gen = ""
+    return gen or _write_generation(io)
 
 
-def _write_generation(io: FileIO, gen: int) -> None:
+def _write_generation(io: FileIO) -> str:
+    gen = uuid.uuid4().hex
     path = io.local_path(_GEN_FILE)
     tmp = f"{path}.{os.getpid()}.tmp"
     with open_private(tmp, "wb") as f:
-        f.write(str(gen).encode())
+        f.write(gen.encode())
     os.replace(tmp, path)
+    return gen
 
 
 @contextlib.contextmanager
@@ -137,8 +144,7 @@ def open_replica(root: str, tablet_dir: FileIO, tablet_id: str, options: WalOpti
             with _cache_lock:
                 _stats["hits"] += 1
         if mutate:
-            handle.generation = gen + 1
-            _write_generation(io, handle.generation)
+            handle.generation = _write_generation(io)
         try:
             yield handle
             handle.storage.sync_commit()

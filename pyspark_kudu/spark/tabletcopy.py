@@ -14,8 +14,9 @@ replica's WAL still holds cannot be caught up entry by entry; it receives a *tab
    durable configuration is the one at its applied index).
 2. ``INSTALL_COPY`` runs on the target's host. Its entries carry the part refs, so the
    round's shuffle moves the parts from the source's host (exactly as write batches move);
-   the target stores each delivered part under ``<tablet>/copy-in/<id>/``. Several rounds
-   may each bring some parts (bounded memory); the request that completes the set installs:
+   a request that brings every part installs them straight from memory; otherwise several
+   rounds each bring some parts (bounded memory), kept under ``<tablet>/copy-in/<id>/``,
+   and the request that completes the set installs:
 
    - the target's tablet files are removed (a lagging replica being re-copied) and the
      stream installed (:func:`~pyspark_kudu.tablet.copy.install_tablet_copy`: superblock
@@ -43,7 +44,7 @@ from __future__ import annotations
 import os
 import shutil
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import google_crc32c
 
@@ -92,10 +93,11 @@ def _check_id(copy_id: str) -> None:
 
 
 def copy_out(root: str, host: str, tablet_id: str, handle: ReplicaHandle, applied: int,
-             copy_id: str, part_bytes: int = PART_BYTES) -> CopyOut:
+             copy_id: str, part_bytes: int | None = None) -> CopyOut:
     """Source side (see module step 1). ``root`` is this host's data root, ``handle`` the
     replica held locked by the request."""
     _check_id(copy_id)
+    part_bytes = part_bytes or PART_BYTES
     if not handle.io.exists(SUPERBLOCK_FILE):
         raise IllegalStateError(
             f"tablet {tablet_id} on {host} has no tablet (a consensus-only replica); it "
@@ -140,18 +142,23 @@ def part_refs(parts: Sequence[StagedRef]) -> tuple[Entry, ...]:
     return tuple(Entry(0, k + 1, EntryType.NORMAL, p.encode()) for k, p in enumerate(parts))
 
 
-def _chunks(paths: Sequence[str]) -> Iterator[CopyChunk]:
+def _chunks(parts: Iterable[bytes], names: Sequence[str]) -> Iterator[CopyChunk]:
+    for data, name in zip(parts, names, strict=True):
+        view = memoryview(data)
+        off = 0
+        while off < len(view):
+            (n,) = _LEN.unpack_from(view, off)
+            off += _LEN.size
+            if off + n > len(view):
+                raise CorruptionError(f"tablet copy part {name} ends inside a chunk")
+            yield CopyChunk.from_bytes(view[off:off + n])
+            off += n
+
+
+def _read(paths: Sequence[str]) -> Iterator[bytes]:
     for path in paths:
         with open(path, "rb") as f:
-            data = f.read()
-        off = 0
-        while off < len(data):
-            (n,) = _LEN.unpack_from(data, off)
-            off += _LEN.size
-            if off + n > len(data):
-                raise CorruptionError(f"tablet copy part {path} ends inside a chunk")
-            yield CopyChunk.from_bytes(data[off:off + n])
-            off += n
+            yield f.read()
 
 
 def install_copy(root: str, tablet_id: str, handle: ReplicaHandle, copy_id: str,
@@ -168,18 +175,24 @@ def install_copy(root: str, tablet_id: str, handle: ReplicaHandle, copy_id: str,
             f"tablet {tablet_id}: this replica is already at or past index {snapshot.index} "
             f"(log starts after {storage.first_index() - 1}); a copy would take it back")
     in_dir = io.local_path(_COPY_IN, copy_id)
-    make_private_dirs(in_dir)
-    for k, e in enumerate(parts):
-        path = os.path.join(in_dir, f"part-{first_part + k:06d}")
-        tmp = path + ".tmp"
-        with open_private(tmp, "wb") as f:
-            f.write(e.data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    paths = [os.path.join(in_dir, f"part-{n:06d}") for n in range(total_parts)]
-    if not all(os.path.exists(p) for p in paths):
-        return False
+    names = [f"part-{n:06d}" for n in range(total_parts)]
+    if first_part == 0 and len(parts) == total_parts:
+        # The whole copy in this request: install it from memory, nothing staged here.
+        chunks = _chunks((e.data for e in parts), names)
+    else:
+        # Parts over several requests (bounded memory): kept under copy-in/ until the last
+        # arrives. Not synced: a copy id is used by one copy only, and a copy cut short by
+        # a crash is started again under a new id (each chunk carries its own CRC).
+        make_private_dirs(in_dir)
+        for k, e in enumerate(parts):
+            path = os.path.join(in_dir, names[first_part + k])
+            with open_private(path + ".tmp", "wb") as f:
+                f.write(e.data)
+            os.replace(path + ".tmp", path)
+        paths = [os.path.join(in_dir, n) for n in names]
+        if not all(os.path.exists(p) for p in paths):
+            return False
+        chunks = _chunks(_read(paths), names)
     # Everything is here: replace the replica's tablet by the copy. Until the last step the
     # replica is half old, half new: ``COPYING`` marks it, and a replica found so (a crash
     # mid-install) is treated as failed by every request but another install (peer.py).
@@ -192,7 +205,7 @@ def install_copy(root: str, tablet_id: str, handle: ReplicaHandle, copy_id: str,
             os.remove(io.local_path(name))
     shutil.rmtree(io.local_path("rowsets"), ignore_errors=True)
     log = MemoryLog()
-    install_tablet_copy(root, _chunks(paths), log_sink=log.append)
+    install_tablet_copy(root, chunks, log_sink=log.append)
     tablet = Tablet.open(root, tablet_id, log=log)
     try:
         tablet.apply(snapshot.index, b"")  # no rows between the copy's last write and A

@@ -64,10 +64,10 @@ class CopyChunk:
         return _HEADER.pack(len(h)) + h + self.data
 
     @classmethod
-    def from_bytes(cls, raw: bytes) -> CopyChunk:
+    def from_bytes(cls, raw: bytes | memoryview) -> CopyChunk:
         try:
             (n,) = _HEADER.unpack_from(raw)
-            header = json.loads(raw[_HEADER.size: _HEADER.size + n])
+            header = json.loads(bytes(raw[_HEADER.size: _HEADER.size + n]))
             return cls(data=bytes(raw[_HEADER.size + n:]), **header)
         except (struct.error, ValueError, TypeError) as e:
             raise CorruptionError(f"malformed tablet copy chunk ({e})") from e

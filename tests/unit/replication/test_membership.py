@@ -160,3 +160,51 @@ def test_a_single_replica_tablet_commits_from_its_first_write(tmp_path: Path) ->
         assert lead.committed(pos[0])
         lead.heartbeat()
     assert len(_rows(transport.roots["ts-a"])) == 30
+
+
+def test_a_copy_in_many_parts_installs_over_several_rounds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parts beyond one round's share are kept on the target until the last arrives; the
+    staged parts on the leader's host are dropped afterwards."""
+    from pyspark_kudu.spark import leader as leader_mod
+    from pyspark_kudu.spark import tabletcopy
+
+    monkeypatch.setattr(tabletcopy, "PART_BYTES", 2 << 10)
+    monkeypatch.setattr(leader_mod, "_COPY_PARTS_PER_ROUND", 2)
+    transport, lead = _setup(tmp_path)
+    for k in range(8):
+        lead.propose([_batch(k * 100, 100)])
+    installs: list[tuple[int, int]] = []
+    run = transport.run
+
+    def spy(reqs):  # type: ignore[no-untyped-def]
+        installs.extend((r.lo, len(r.entries)) for rs in reqs.values() for r in rs
+                        if r.kind.value == "install_copy")
+        return run(reqs)
+
+    monkeypatch.setattr(transport, "run", spy)
+    lead.add_replica("ts-d")
+    assert lead.copies == 1
+    assert len(installs) >= 3 and all(n <= 2 for _, n in installs), installs
+    assert [lo for lo, _ in installs] == list(range(0, 2 * len(installs), 2))
+    assert _rows(transport.roots["ts-d"]) == _rows(transport.roots["ts-a"])
+    assert len(_rows(transport.roots["ts-d"])) == 800
+    staging = tmp_path / "ts-a" / "staging"
+    assert not staging.exists() or not any(staging.iterdir()), list(staging.iterdir())
+    assert not list((tmp_path / "ts-d").rglob("copy-in"))
+
+
+def test_an_add_cut_short_after_its_learner_entry_resumes_and_creates_the_replica(
+        tmp_path: Path) -> None:
+    """The client died after the ADD_LEARNER entry committed but before the new replica was
+    created (the creation rides in the same round): a later add_replica creates it, copies
+    the tablet and promotes it."""
+    transport, lead = _setup(tmp_path)
+    for k in range(3):
+        lead.propose([_batch(k * 100, 100)])
+    lead.change_config(ConfChange(ConfChangeType.ADD_LEARNER, "ts-d"))
+    assert not (tmp_path / "ts-d" / "tablets" / "t").exists()
+    lead.add_replica("ts-d")
+    assert "ts-d" in lead.conf_state().voters
+    assert _rows(transport.roots["ts-d"]) == _rows(transport.roots["ts-a"])
+    assert len(_rows(transport.roots["ts-d"])) == 300

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from pyspark_kudu.consensus.messages import EntryType
+from pyspark_kudu.consensus.messages import EntryType, HardState
 from pyspark_kudu.spark.leader import FencedError, TabletLeader, TabletReplicas
 from pyspark_kudu.spark.peer import PeerRequest, RequestKind, replica_storage, tablet_dir
-from pyspark_kudu.spark.replicas import cache_stats, clear_cache, delete_replica
+from pyspark_kudu.spark.replicas import cache_stats, clear_cache, delete_replica, open_replica
 from pyspark_kudu.spark.transport import DirectTransport
 from pyspark_kudu.wal import SyncPolicy, WalOptions
 
@@ -98,3 +98,36 @@ def test_a_deleted_replica_is_gone_and_a_late_request_does_not_recreate_it(
     assert resp is not None and not resp.ok and "no replica" in resp.error
     assert not Path(root, "tablets", TABLET.tablet_id).exists()
     assert not delete_replica(root, tablet_dir(root, TABLET.tablet_id), TABLET.tablet_id)
+
+
+
+RECREATE = textwrap.dedent("""
+    import shutil, sys
+    from pathlib import Path
+    from pyspark_kudu.consensus.messages import HardState
+    from pyspark_kudu.spark.peer import tablet_dir
+    from pyspark_kudu.spark.replicas import open_replica
+    from pyspark_kudu.wal import SyncPolicy, WalOptions
+    opts = WalOptions(segment_size=1 << 20, sync_policy=SyncPolicy.FDATASYNC, preallocate=True)
+    root = sys.argv[1]
+    shutil.rmtree(Path(root, "tablets", "t1"))  # the disk lost, then the same steps again
+    with open_replica(root, tablet_dir(root, "t1"), "t1", opts, mutate=True) as h:
+        h.storage.set_hard_state(HardState(9, "", 0))
+""")
+
+
+def test_a_replica_deleted_and_created_again_elsewhere_is_never_served_from_the_cache(
+    tmp_path: Path,
+) -> None:
+    """Another process deletes the replica and creates it again with the same sequence of
+    requests: this process's cached handle of the old incarnation must not be reused (a
+    counter as generation would match again)."""
+    clear_cache()
+    root = str(tmp_path / "ts-a")
+    io = tablet_dir(root, "t1")
+    with open_replica(root, io, "t1", OPTS, mutate=True) as h:
+        h.storage.set_hard_state(HardState(7, "", 0))
+    subprocess.run([sys.executable, "-c", RECREATE, root], check=True, timeout=120)
+    with open_replica(root, io, "t1", OPTS, mutate=False) as h:
+        term = h.storage.initial_state()[0].term
+    assert term == 9, f"this process served the old incarnation (term {term}) from its cache"
