@@ -37,7 +37,7 @@ from pyspark.sql.types import StructField, StructType
 from pyspark_kudu.partitioning import HashDimension, Partitioner, PartitionSchema
 from pyspark_kudu.schema import Predicate
 from pyspark_kudu.spark.context import KuduContext
-from pyspark_kudu.spark.daemon import DAEMON_CONF
+from pyspark_kudu.spark.daemon import SESSION_CONF
 from pyspark_kudu.spark.peer import tablet_dir
 from pyspark_kudu.spark.pinned import executor_hosts
 from pyspark_kudu.spark.standalone import StandaloneCluster
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
                  .config("spark.executor.memory", "640m")
                  .config("spark.executor.cores", "1")
                  .config("spark.sql.shuffle.partitions", str(args.workers))
-                 .config(*DAEMON_CONF)
+                 .config(map=dict(SESSION_CONF))
                  .getOrCreate())
         spark.sparkContext.setLogLevel("ERROR")
         try:

@@ -39,7 +39,7 @@ from pyspark.sql.types import StructField, StructType
 
 from pyspark_kudu.partitioning import HashDimension, PartitionSchema
 from pyspark_kudu.spark.context import KuduContext
-from pyspark_kudu.spark.daemon import DAEMON_CONF
+from pyspark_kudu.spark.daemon import SESSION_CONF
 from pyspark_kudu.spark.pinned import executor_hosts
 from pyspark_kudu.spark.standalone import StandaloneCluster
 
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                  .config("spark.executor.memory", "900m")
                  .config("spark.executor.cores", "1")
                  .config("spark.sql.shuffle.partitions", str(args.workers))
-                 .config(*DAEMON_CONF)
+                 .config(map=dict(SESSION_CONF))
                  .getOrCreate())
         spark.sparkContext.setLogLevel("ERROR")
         try:
@@ -142,6 +142,7 @@ def _run(spark: SparkSession, args: argparse.Namespace, base: Path,
         out["lost_bytes"] = sum(_dir_bytes(root / "tablets" / t) for t in lost)
         out["disk_write_s"] = _disk_write_s(base, out["lost_bytes"])
         history0 = len(kudu.healer.history)
+        rounds = _trace_rounds(kudu)
 
         cluster.kill_worker(victim)
         killed = time.monotonic()
@@ -167,12 +168,36 @@ def _run(spark: SparkSession, args: argparse.Namespace, base: Path,
         out["steps"] = [(a.action, a.outcome[:60], round(a.seconds, 2)) for a in steps]
         out["copies_s"] = sum(a.seconds for a in steps if a.action == "add_replica")
         out["ratio"] = out["disk_write_s"] / out["restore_s"]
+        out["rounds"] = [(round(t - killed, 2), round(d, 2), kinds) for t, d, kinds in rounds
+                         if t - killed <= out["total_s"]]
         rows = kudu.read_table("bench").count()
         if rows != args.rows:
             raise AssertionError(f"read {rows} rows after healing, wrote {args.rows}")
         out["rows_read_back"] = rows
         cluster.start_worker(victim)
     return out
+
+
+def _trace_rounds(kudu: KuduContext) -> list[tuple[float, float, str]]:
+    """Record every replication round from now on: (start, seconds, request kinds)."""
+    rounds: list[tuple[float, float, str]] = []
+    transport = kudu.transport
+    run = transport.run
+
+    def traced(requests):  # type: ignore[no-untyped-def]
+        t0 = time.monotonic()
+        try:
+            return run(requests)
+        finally:
+            kinds: dict[str, int] = {}
+            for reqs in requests.values():
+                for req in reqs:
+                    kinds[req.kind.value] = kinds.get(req.kind.value, 0) + 1
+            rounds.append((t0, time.monotonic() - t0,
+                           " ".join(f"{k}x{n}" for k, n in sorted(kinds.items()))))
+
+    transport.run = traced  # type: ignore[method-assign]
+    return rounds
 
 
 def _report(r: dict[str, Any]) -> None:
@@ -187,6 +212,9 @@ def _report(r: dict[str, Any]) -> None:
           f"(goal >= 0.5x)")
     for s in r["steps"]:
         print("   ", s)
+    print("replication rounds after the kill (start s, seconds, requests):")
+    for rnd in r.get("rounds", ()):
+        print("   ", rnd)
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     (RESULTS_DIR / "recovery.json").write_text(json.dumps(r, indent=2))
     import matplotlib

@@ -66,11 +66,12 @@ def table_demo(rows: int, say: object = print, spark: object = None) -> int:
 def ingest_command(source: str, warehouse: str, table: str = "events") -> list[str]:
     """The part-3 command: ``spark-submit jobs/ingest.py`` on the embedded default master
     (local mode), creating an RF=3 table from a CSV and ending with the ksck summary."""
+    from pyspark_kudu.spark.daemon import SESSION_CONF
     from pyspark_kudu.spark.standalone import spark_home
 
+    confs = [a for k, v in SESSION_CONF for a in ("--conf", f"{k}={v}")]
     return [os.path.join(spark_home(), "bin", "spark-submit"), "--master", "local[2]",
-            "--conf", "spark.ui.enabled=false",
-            "--conf", "spark.python.daemon.module=pyspark_kudu.spark.daemon",
+            "--conf", "spark.ui.enabled=false", *confs,
             os.path.join(os.path.dirname(os.path.abspath(__file__)), "ingest.py"),
             "--source", source, "--format", "csv", "--table", table, "--create",
             "--keys", "id", "--hash-buckets", "3", "--replicas", "3",

@@ -19,9 +19,20 @@ from pyspark.daemon import manager
 
 import pyspark_kudu.spark.rounds  # noqa: F401  (peer, dataplane, replicas, tablet, wal)
 
-__all__ = ["DAEMON_CONF"]
+__all__ = ["DAEMON_CONF", "SESSION_CONF"]
 
 DAEMON_CONF = ("spark.python.daemon.module", "pyspark_kudu.spark.daemon")
+
+#: Settings every SparkSession running pyspark-kudu should start with (they are read when the
+#: SparkContext starts): the daemon above, and a barrier stage that needs more slots than
+#: exist (a round submitted just as an executor died, before the driver knew) failing after
+#: ~3 s instead of Spark's 15 s x 40 -- the round is then retried without that host
+#: (DESIGN §4). ``SparkSession.builder.config(map=dict(SESSION_CONF))``.
+SESSION_CONF: tuple[tuple[str, str], ...] = (
+    DAEMON_CONF,
+    ("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "1s"),
+    ("spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures", "3"),
+)
 
 if __name__ == "__main__":
     manager()

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pyspark.sql import SparkSession
 
 from pyspark_kudu.spark.context import KuduContext
-from pyspark_kudu.spark.daemon import DAEMON_CONF
+from pyspark_kudu.spark.daemon import SESSION_CONF
 
 __all__ = ["USAGE_EXIT", "add_context_args", "job_session", "open_context", "parse_job_args"]
 
@@ -59,7 +59,7 @@ def job_session(app_name: str, spark: SparkSession | None = None) -> Iterator[Sp
         yield spark
         return
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers need this env
-    builder = SparkSession.builder.appName(app_name).config(*DAEMON_CONF)
+    builder = SparkSession.builder.appName(app_name).config(map=dict(SESSION_CONF))
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         builder = builder.master("local[2]")
     session = builder.getOrCreate()

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
-from pyspark_kudu.spark.daemon import DAEMON_CONF
+from pyspark_kudu.spark.daemon import SESSION_CONF
 from pyspark_kudu.spark.pinned import executor_hosts
 from pyspark_kudu.spark.standalone import StandaloneCluster
 from tests.conftest import stop_other_sessions
@@ -46,7 +46,7 @@ def cluster_spark(standalone_cluster: StandaloneCluster) -> Iterator[SparkSessio
         .config("spark.executor.memory", "640m")
         .config("spark.executor.cores", "1")
         .config("spark.sql.shuffle.partitions", "6")
-        .config(*DAEMON_CONF)
+        .config(map=dict(SESSION_CONF))
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -17,7 +17,7 @@ import time
 from pyspark.sql import SparkSession
 
 from pyspark_kudu.spark.context import KuduContext
-from pyspark_kudu.spark.daemon import DAEMON_CONF
+from pyspark_kudu.spark.daemon import SESSION_CONF
 from pyspark_kudu.spark.pinned import executor_hosts
 
 
@@ -31,7 +31,7 @@ def main(argv: list[str]) -> int:
              .config("spark.ui.enabled", "false")
              .config("spark.executor.memory", "640m")
              .config("spark.executor.cores", "1")
-             .config(*DAEMON_CONF)
+             .config(map=dict(SESSION_CONF))
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     try:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
-from pyspark_kudu.spark.daemon import DAEMON_CONF
+from pyspark_kudu.spark.daemon import SESSION_CONF
 from tests.conftest import stop_other_sessions
 
 
@@ -24,7 +24,7 @@ def spark() -> Iterator[SparkSession]:
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.shuffle.partitions", "4")
-        .config(*DAEMON_CONF)
+        .config(map=dict(SESSION_CONF))
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -293,7 +293,7 @@ def _restored_after(recent: list[dict[str, Any]], faults_end: float) -> float | 
 def _spark_session(master_url: str, cfg: HarnessConfig, deadline_s: float, want: int) -> Any:
     from pyspark.sql import SparkSession
 
-    from pyspark_kudu.spark.daemon import DAEMON_CONF
+    from pyspark_kudu.spark.daemon import SESSION_CONF
     from pyspark_kudu.spark.pinned import executor_hosts
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -307,9 +307,7 @@ def _spark_session(master_url: str, cfg: HarnessConfig, deadline_s: float, want:
              .config("spark.sql.shuffle.partitions", str(cfg.workers))
              # A barrier stage that asks for a lost host's slot fails fast instead of after
              # the default 15 s x 40 checks (DESIGN §4): faults must not stall the run.
-             .config("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "2s")
-             .config("spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures", "5")
-             .config(*DAEMON_CONF)
+             .config(map=dict(SESSION_CONF))
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     end = time.monotonic() + deadline_s
