@@ -242,7 +242,7 @@ class TornTail:
 class SegmentScan:
     """The valid frames of one segment, in file order, and where they end.
 
-    Not thread-safe (``frames`` is a list); recovery uses it on one thread.
+    Never changed once made: recovery's scan cache shares it read-only between threads.
     """
 
     seq: int
