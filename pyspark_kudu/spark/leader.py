@@ -27,6 +27,9 @@ Rules:
   entries the leader replica's WAL no longer holds gets a tablet copy of the leader replica
   instead (:mod:`pyspark_kudu.spark.tabletcopy`: ``COPY_OUT`` on L's host, the parts shuffled
   to the follower's host, ``INSTALL_COPY`` there), then the entries after the copy.
+- **Attached requests**: requests that are not Raft traffic (creating a replica, staging or
+  installing a tablet copy, dropping its parts) ride in the same task as a round's Raft
+  traffic (``_round_with``, ``_defer``), so they cost no Spark job of their own.
 - **Membership** (Raft config change seed): one change at a time, each committed and applied
   before the next. :meth:`TabletLeader.add_replica` creates an empty replica, adds it as a
   NON_VOTER (it cannot affect commit while it catches up), copies the tablet to it and
@@ -608,7 +611,9 @@ class TabletLeader:
 
     def _defer(self, req: PeerRequest) -> None:
         """A best-effort request for L's host, sent with the next round (its answer is not
-        checked; e.g. dropping a tablet copy's staged parts)."""
+        checked; e.g. dropping a tablet copy's staged parts). Known limit: if this
+        leadership ends before another round, the parts stay under ``staging/copy-<id>`` on
+        that host until its data root is cleaned."""
         self._deferred.append(req)
 
     def remove_replica(self, ts: str) -> None:

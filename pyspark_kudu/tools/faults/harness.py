@@ -38,6 +38,7 @@ import json
 import logging
 import os
 import random
+import subprocess
 import sys
 import threading
 import time
@@ -86,6 +87,8 @@ class HarnessConfig:
                                           ("delete", 0.15), ("read", 0.25))
     startup_deadline_s: float = 180.0
     executor_memory: str = "512m"
+    # MiB of a tmpfs mounted as the last worker's data root, for ``disk_full`` (0: none).
+    small_disk_mb: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -96,7 +99,9 @@ MODES: dict[str, HarnessConfig] = {
     "long": HarnessConfig(mode="long", workers=6, clients=3, keys=12, buckets=3,
                           warmup_s=20.0, fault_window_s=300.0, tail_s=20.0,
                           restore_deadline_s=300.0, unresponsive_s=10.0, down_s=(8.0, 30.0),
-                          gap_s=(5.0, 15.0)),
+                          gap_s=(5.0, 15.0), small_disk_mb=1024,
+                          kinds=("kill_executor", "restart_worker", "corrupt_replica",
+                                 "disk_full")),
 }
 
 
@@ -321,6 +326,20 @@ def _spark_session(master_url: str, cfg: HarnessConfig, deadline_s: float, want:
     return spark
 
 
+def _mount_tmpfs(where: Path, size_mb: int) -> str:
+    """Mount a private ``size_mb`` MiB tmpfs at ``where``; "" or why it could not."""
+    where.mkdir(parents=True, exist_ok=True)
+    try:
+        out = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m,mode=0700",
+                              "tmpfs", str(where)], capture_output=True, text=True,
+                             timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"cannot run mount ({e})"
+    if out.returncode != 0:
+        return f"mounting a tmpfs failed ({out.stderr.strip() or out.returncode})"
+    return ""
+
+
 def replay_command(outdir: Path, cfg: HarnessConfig) -> str:
     return (f"python -m pyspark_kudu.tools.faults --mode {cfg.mode} --seed {cfg.seed} "
             f"--out {outdir}-replay --replay {outdir / 'schedule.json'}")
@@ -341,10 +360,20 @@ def run(cfg: HarnessConfig, outdir: Path, schedule: Sequence[FaultEvent] | None 
     notes: list[str] = [
         f"{cfg.clients} client threads in one Spark application sharing one KuduContext "
         "(two applications with twin clusters are too heavy for 2 cores)",
-        "disk_full and corrupt_replica are hooks without implementation (see "
-        "pyspark_kudu.tools.faults.inject)",
     ]
     cluster = StandaloneCluster(outdir / "spark", workers=cfg.workers, cores=1)
+    disk_host: str | None = None
+    small = outdir / "small-disk"
+    if cfg.small_disk_mb and "disk_full" in cfg.kinds:
+        host = f"127.0.0.{cluster.first_host + cfg.workers - 1}"
+        why = _mount_tmpfs(small, cfg.small_disk_mb)
+        if why:
+            notes.append(f"disk_full not planned: {why}")
+        else:
+            disk_host = host
+            cluster.data_roots[host] = small
+            notes.append(f"the data root of {host} is a {cfg.small_disk_mb} MiB tmpfs "
+                         f"(disk_full faults fill it)")
     master = MasterProcess(outdir / "kudu-master", cfg.unresponsive_s)
     spark: Any = None
     kudu: Any = None
@@ -373,6 +402,7 @@ def run(cfg: HarnessConfig, outdir: Path, schedule: Sequence[FaultEvent] | None 
         if not plan:
             plan = plan_schedule(random.Random(cfg.seed), cluster.hosts, cfg.fault_window_s,
                                  kinds=cfg.kinds, lose_host=cfg.lose_host, rf=cfg.replicas,
+                                 disk_host=disk_host,
                                  down_s=cfg.down_s, gap_s=cfg.gap_s)
         (outdir / "schedule.json").write_text(json.dumps(
             {"seed": cfg.seed, "mode": cfg.mode, "events": [e.to_dict() for e in plan]},
@@ -439,6 +469,8 @@ def run(cfg: HarnessConfig, outdir: Path, schedule: Sequence[FaultEvent] | None 
                 closer()
             except Exception as e:
                 errors.append(f"shutdown: {type(e).__name__}: {e}")
+        if disk_host is not None:
+            subprocess.run(["umount", str(small)], check=False, capture_output=True)
     return _finish(cfg, outdir, plan, faults, sampler, final, faults_end, restored_after,
                    errors, notes, time.monotonic() - wall0, log)
 

@@ -14,11 +14,14 @@ Fault kinds (all on real processes; nothing is mocked):
   hosts can still hold ``rf`` replicas.
 * ``corrupt_replica``: a byte flipped inside a replica's WAL, then its executor killed so the
   replica is reopened (:func:`corrupt_replica`); it must be marked failed and replaced.
-* ``disk_full`` -- **a hook, not implemented here**: it needs a size-limited filesystem
-  under one worker's data root for the whole run (a tmpfs mount, which needs
-  CAP_SYS_ADMIN). A full disk is covered by
-  ``tests/unit/replication/test_failed_replicas.py`` on a real 1 MiB tmpfs. The hook
-  raises :class:`NotImplementedError` and the injector records it as ``skipped``.
+* ``disk_full`` -- fill the file system under the host's data root (a filler file taking
+  every free byte) for ``duration_s``, then remove it (:func:`fill_disk`). Only a host whose
+  data root is a small file system of its own is filled: the harness mounts a tmpfs there
+  for the whole run (``HarnessConfig.small_disk_mb``; mounting needs CAP_SYS_ADMIN). Where
+  there is none the fault is recorded as ``skipped`` with the reason. Replicas on the host
+  then fail their next durable write (``ENOSPC``), are reported failed and replaced, and no
+  acknowledged write may be lost. A full disk is also covered by
+  ``tests/unit/replication/test_failed_replicas.py`` on a real 1 MiB tmpfs.
 
 Executor pids are found under ``/proc``: a JVM running ``CoarseGrainedExecutorBackend``
 whose process group is the worker's (the worker is started in its own session by
@@ -50,7 +53,10 @@ __all__ = [
     "FaultEvent",
     "FaultInjector",
     "executor_pids",
+    "fill_disk",
+    "free_disk",
     "plan_schedule",
+    "small_disk",
 ]
 
 KINDS = ("kill_executor", "restart_worker", "lose_host", "disk_full", "corrupt_replica")
@@ -80,19 +86,26 @@ def plan_schedule(rng: random.Random, hosts: Sequence[str], window_s: float, *,
                   kinds: Sequence[str] = ("kill_executor", "restart_worker"),
                   lose_host: bool = False, rf: int = 3,
                   down_s: tuple[float, float] = (8.0, 14.0),
-                  gap_s: tuple[float, float] = (4.0, 8.0)) -> list[FaultEvent]:
+                  gap_s: tuple[float, float] = (4.0, 8.0),
+                  disk_host: str | None = None) -> list[FaultEvent]:
     """Faults one at a time (a fault ends, a gap, the next starts) planned within
     ``window_s`` (the injector may start one later: it waits for the previous to heal);
-    with ``lose_host``, one host is lost for good at the end if ``len(hosts) > rf``."""
+    with ``lose_host``, one host is lost for good at the end if ``len(hosts) > rf``.
+    ``disk_full`` faults go to ``disk_host`` (the one with a small disk of its own), and are
+    not planned without one."""
     events: list[FaultEvent] = []
     t = rng.uniform(*gap_s) / 2
     reserve = 2.0 if lose_host and len(hosts) > rf else 0.0
+    kinds = [k for k in kinds if k != "disk_full" or disk_host is not None]
     while True:
         kind = rng.choice(list(kinds))
-        dur = rng.uniform(*down_s) if kind == "restart_worker" else 0.0
+        dur = rng.uniform(*down_s) if kind in ("restart_worker", "disk_full") else 0.0
         if t + dur > window_s - reserve:
             break
-        events.append(FaultEvent(round(t, 2), kind, rng.choice(list(hosts)), round(dur, 2)))
+        host = rng.choice(list(hosts))
+        if kind == "disk_full" and disk_host is not None:
+            host = disk_host
+        events.append(FaultEvent(round(t, 2), kind, host, round(dur, 2)))
         t += dur + rng.uniform(*gap_s)
     if reserve:
         events.append(FaultEvent(round(min(t, window_s - reserve), 2), "lose_host",
@@ -122,15 +135,46 @@ def executor_pids(cluster: StandaloneCluster, host: str) -> list[int]:
     return sorted(out)
 
 
-def _not_implemented(kind: str) -> Callable[[StandaloneCluster, str], None]:
-    def hook(cluster: StandaloneCluster, host: str) -> None:
+_DESTRUCTIVE = frozenset({"corrupt_replica", "lose_host", "disk_full"})
+
+FILLER = ".disk-full-filler"
+
+
+def small_disk(cluster: StandaloneCluster, host: str) -> bool:
+    """Whether ``host``'s data root is a mount point of its own (the harness's tmpfs)."""
+    root = cluster.data_root(host)
+    return root.is_dir() and os.path.ismount(root)
+
+
+def fill_disk(cluster: StandaloneCluster, host: str) -> None:
+    """Take every free byte of the file system under ``host``'s data root with a filler
+    file (undone by :func:`free_disk`). Refuses (NotImplementedError: the run records it
+    skipped) unless that root is a mount point of its own: never fill a shared disk."""
+    root = cluster.data_root(host)
+    if not small_disk(cluster, host):
         raise NotImplementedError(
-            f"fault {kind} is a hook for the healing work (issue 8): see "
-            f"pyspark_kudu.tools.faults.inject's module docstring")
-    return hook
+            f"the data root of {host} ({root}) is not a file system of its own; the harness "
+            f"mounts one only where it may (HarnessConfig.small_disk_mb, CAP_SYS_ADMIN)")
+    path = root / FILLER
+    with open(path, "wb") as f:
+        block = b"\0" * (1 << 20)
+        try:
+            while True:
+                f.write(block)
+                f.flush()
+        except OSError:
+            pass  # ENOSPC: full
+        st = os.statvfs(root)
+        left = st.f_bavail * st.f_frsize
+        try:
+            f.write(b"\0" * left)  # the last partial block
+            f.flush()
+        except OSError:
+            pass
 
 
-_DESTRUCTIVE = frozenset({"corrupt_replica", "lose_host"})
+def free_disk(cluster: StandaloneCluster, host: str) -> None:
+    (cluster.data_root(host) / FILLER).unlink(missing_ok=True)
 
 CORRUPTED: list[tuple[str, str]] = []
 """(host, tablet id) of every replica :func:`corrupt_replica` damaged in this process."""
@@ -187,7 +231,7 @@ def corrupt_replica(cluster: StandaloneCluster, host: str) -> None:
 
 
 FAULT_HOOKS: dict[str, Callable[[StandaloneCluster, str], None]] = {
-    "disk_full": _not_implemented("disk_full"),
+    "disk_full": fill_disk,
     "corrupt_replica": corrupt_replica,
 }
 """Faults without a built-in implementation: ``kind -> fn(cluster, host)``."""
@@ -281,6 +325,10 @@ class FaultInjector:
                 return
             if ev.kind == "corrupt_replica":
                 self._await_detection(rec)
+            elif ev.kind == "disk_full":
+                self._wait_until(float(rec["start"]) + ev.duration_s)
+                free_disk(self.cluster, ev.host)
+                self._update(rec, note=self._failed_on(ev.host))
             self._update(rec, end=self.clock())
             return
         if ev.kind == "kill_executor":
@@ -308,6 +356,12 @@ class FaultInjector:
             self.cluster.kill_worker(ev.host)
         else:
             raise ValueError(f"unknown fault kind {ev.kind!r}")
+
+    def _failed_on(self, host: str) -> str:
+        base = self.cluster.data_root(host) / "tablets"
+        failed = sorted(t.name for t in base.iterdir() if (t / "failed").exists()) \
+            if base.is_dir() else []
+        return f"disk full; replicas marked failed on {host}: {failed or 'none'}"
 
     def _await_detection(self, rec: dict[str, Any]) -> None:
         """The fault lasts until the damaged replica is found failed (its ``failed`` marker)
