@@ -59,6 +59,7 @@ from pyspark_kudu.consensus.messages import (
     ConfChange,
     ConfChangeType,
     ConfState,
+    Entry,
     Message,
     MessageType,
     Snapshot,
@@ -451,10 +452,8 @@ class TabletLeader:
         try:
             installed = False
             for k in range(0, len(parts), _COPY_PARTS_PER_ROUND):
-                resp = self._run_one(follower, PeerRequest(
-                    RequestKind.INSTALL_COPY, self.tablet.tablet_id, follower,
-                    entries=parts[k:k + _COPY_PARTS_PER_ROUND], lo=k, hi=len(parts),
-                    copy_id=copy_id, snapshot=snap))
+                resp = self._run_one(follower, self._install_request(
+                    follower, copy_id, parts, k, snap))
                 installed = resp.installed
             if not installed:
                 self.last_catch_up_error = f"{follower}: copy {copy_id} incomplete"
@@ -495,15 +494,12 @@ class TabletLeader:
             # Not a member: any replica files it still has are from an earlier membership
             # (evicted, failed, or a lost majority's survivor) and must go first.
             index = self._propose_change(ConfChange(ConfChangeType.ADD_LEARNER, ts))
-            out = self._round_with({ts: [
-                PeerRequest(RequestKind.WIPE, self.tablet.tablet_id, ts),
-                PeerRequest(RequestKind.CREATE, self.tablet.tablet_id, ts)]}, front=True)
-            created = out.get(ts)
-            if created is None or not all(r.ok for r in created):
+            fresh = [PeerRequest(RequestKind.WIPE, self.tablet.tablet_id, ts),
+                     PeerRequest(RequestKind.CREATE, self.tablet.tablet_id, ts)]
+            if not _all_ok(self._round_with({ts: fresh}, front=True).get(ts)):
                 # The change may commit without the new replica (it is no voter); it then
                 # catches up like any follower once it exists.
-                self._run_many(ts, [PeerRequest(RequestKind.WIPE, self.tablet.tablet_id, ts),
-                                    PeerRequest(RequestKind.CREATE, self.tablet.tablet_id, ts)])
+                self._run_many(ts, fresh)
             copy_id = uuid.uuid4().hex
             out = self._round_with({self.leader_id: [PeerRequest(
                 RequestKind.COPY_OUT, self.tablet.tablet_id, self.leader_id,
@@ -547,13 +543,9 @@ class TabletLeader:
         last = max(0, (len(parts) - 1) // _COPY_PARTS_PER_ROUND * _COPY_PARTS_PER_ROUND)
         try:
             for k in range(0, last, _COPY_PARTS_PER_ROUND):  # bounded memory per round
-                self._run_one(ts, PeerRequest(
-                    RequestKind.INSTALL_COPY, self.tablet.tablet_id, ts,
-                    entries=parts[k:k + _COPY_PARTS_PER_ROUND], lo=k, hi=len(parts),
-                    copy_id=copy_id, snapshot=snap))
-            out = self._round_with({ts: [PeerRequest(
-                RequestKind.INSTALL_COPY, self.tablet.tablet_id, ts, entries=parts[last:],
-                lo=last, hi=len(parts), copy_id=copy_id, snapshot=snap)]}, front=True)
+                self._run_one(ts, self._install_request(ts, copy_id, parts, k, snap))
+            out = self._round_with(
+                {ts: [self._install_request(ts, copy_id, parts, last, snap)]}, front=True)
             resp = _first(out.get(ts))
             if resp is None or not resp.installed:
                 self.last_catch_up_error = (
@@ -566,6 +558,13 @@ class TabletLeader:
         finally:
             self._defer(PeerRequest(RequestKind.DROP_COPY, self.tablet.tablet_id,
                                     self.leader_id, copy_id=copy_id))
+
+    def _install_request(self, ts: str, copy_id: str, parts: Sequence[Entry], k: int,
+                         snap: SnapshotMetadata) -> PeerRequest:
+        """INSTALL_COPY of the parts from ``k`` on (at most one round's share) to ``ts``."""
+        return PeerRequest(RequestKind.INSTALL_COPY, self.tablet.tablet_id, ts,
+                           entries=tuple(parts[k:k + _COPY_PARTS_PER_ROUND]), lo=k,
+                           hi=len(parts), copy_id=copy_id, snapshot=snap)
 
     def _propose_change(self, cc: ConfChange) -> int:
         """Append one membership change to the leader's log (after a pending one applied);
@@ -580,15 +579,15 @@ class TabletLeader:
 
     def _wait_applied(self, index: int, cc: ConfChange) -> None:
         node = self._leader()
-        for _ in range(_MAX_ROUNDS):
+        for attempt in range(_MAX_ROUNDS + 1):
             if node.log.applied >= index:
                 self.config_index = index
                 return
+            if attempt == _MAX_ROUNDS:
+                break
+            if attempt:
+                node.broadcast_heartbeat()  # nothing in flight: make followers answer
             self.flush()
-            if node.log.applied >= index:
-                self.config_index = index
-                return
-            node.broadcast_heartbeat()
         raise RoundFailedError(
             f"tablet {self.tablet.tablet_id}: configuration change {cc.type.value} "
             f"{cc.node_id} (index {index}) did not commit (commit index {node.commit_index})")
