@@ -52,6 +52,7 @@ __all__ = [
     "KINDS",
     "FaultEvent",
     "FaultInjector",
+    "FaultSkipped",
     "executor_pids",
     "fill_disk",
     "free_disk",
@@ -135,6 +136,11 @@ def executor_pids(cluster: StandaloneCluster, host: str) -> list[int]:
     return sorted(out)
 
 
+class FaultSkipped(RuntimeError):
+    """A fault hook cannot strike this host (nothing to damage, no disk of its own); the
+    injector records the fault as skipped, with this reason."""
+
+
 _DESTRUCTIVE = frozenset({"corrupt_replica", "lose_host", "disk_full"})
 
 FILLER = ".disk-full-filler"
@@ -148,11 +154,11 @@ def small_disk(cluster: StandaloneCluster, host: str) -> bool:
 
 def fill_disk(cluster: StandaloneCluster, host: str) -> None:
     """Take every free byte of the file system under ``host``'s data root with a filler
-    file (undone by :func:`free_disk`). Refuses (NotImplementedError: the run records it
+    file (undone by :func:`free_disk`). Refuses (:class:`FaultSkipped`: the run records it
     skipped) unless that root is a mount point of its own: never fill a shared disk."""
     root = cluster.data_root(host)
     if not small_disk(cluster, host):
-        raise NotImplementedError(
+        raise FaultSkipped(
             f"the data root of {host} ({root}) is not a file system of its own; the harness "
             f"mounts one only where it may (HarnessConfig.small_disk_mb, CAP_SYS_ADMIN)")
     path = root / FILLER
@@ -196,7 +202,7 @@ def corrupt_replica(cluster: StandaloneCluster, host: str) -> None:
             candidates.extend(sorted(p for p in wal.iterdir() if p.is_file()
                                      and p.stat().st_size > HEADER_SIZE))
     if not candidates:
-        raise NotImplementedError(f"no replica with a WAL worth corrupting on {host}")
+        raise FaultSkipped(f"no replica with a WAL worth corrupting on {host}")
     for seg in candidates:
         data = seg.read_bytes()
         frames = []
@@ -213,7 +219,7 @@ def corrupt_replica(cluster: StandaloneCluster, host: str) -> None:
         if early:
             break
     else:
-        raise NotImplementedError(f"no replica on {host} has a WAL frame before its last "
+        raise FaultSkipped(f"no replica on {host} has a WAL frame before its last "
                                   f"group commit to corrupt")
     victim = early[len(early) // 2]
     at = victim.offset + victim.size // 2
@@ -320,7 +326,7 @@ class FaultInjector:
             rec = self._record(ev, start=self.clock())
             try:
                 FAULT_HOOKS[ev.kind](self.cluster, ev.host)
-            except NotImplementedError as e:
+            except FaultSkipped as e:
                 self._update(rec, start=None, note=f"skipped: {e}")
                 return
             if ev.kind == "corrupt_replica":
