@@ -79,7 +79,12 @@ from pyspark_kudu.spark.options import OPERATIONS, check_write_columns
 from pyspark_kudu.spark.peer import PeerRequest, RequestKind, scan_replica, tablet_dir
 from pyspark_kudu.spark.pinned import executor_hosts, pinned_rdd
 from pyspark_kudu.spark.replicas import delete_replica
-from pyspark_kudu.spark.rounds import SparkTransport, TabletServerLocation, root_cause
+from pyspark_kudu.spark.rounds import (
+    DEFAULT_ROUND_TIMEOUT_S,
+    SparkTransport,
+    TabletServerLocation,
+    root_cause,
+)
 from pyspark_kudu.spark.service import ReplicationService, WriteOutcome
 from pyspark_kudu.spark.session import register
 from pyspark_kudu.spark.sharedrounds import SharedRounds
@@ -98,6 +103,7 @@ HEAL_INTERVAL_CONF = "spark.kudu.heal.intervalSec"
 HEAL_MAX_MOVES_CONF = "spark.kudu.heal.maxMoves"
 FAILED_AFTER_CONF = "spark.kudu.followerUnavailableConsideredFailedSec"
 AUTO_REBALANCE_CONF = "spark.kudu.autoRebalance"
+ROUND_TIMEOUT_CONF = "spark.kudu.roundTimeoutSec"
 _MAX_BATCH_ROWS = 65536
 
 
@@ -147,10 +153,13 @@ class KuduContext:
                  location_mapping_timeout_s: float = DEFAULT_MAPPING_TIMEOUT_S,
                  heal: bool | None = None,
                  heal_interval_s: float | None = None,
-                 failed_after_s: float | None = None) -> None:
-        """``heal``, ``heal_interval_s`` and ``failed_after_s`` (the embedded master's
-        ``follower_unavailable_considered_failed_sec``) override the ``spark.kudu.heal.*``
-        and ``spark.kudu.followerUnavailableConsideredFailedSec`` settings."""
+                 failed_after_s: float | None = None,
+                 round_timeout_s: float | None = None) -> None:
+        """``heal``, ``heal_interval_s``, ``failed_after_s`` (the embedded master's
+        ``follower_unavailable_considered_failed_sec``) and ``round_timeout_s`` (a
+        replication round's Spark job is cancelled after it, :mod:`.rounds`) override the
+        ``spark.kudu.heal.*``, ``spark.kudu.followerUnavailableConsideredFailedSec`` and
+        ``spark.kudu.roundTimeoutSec`` settings."""
         self.spark = spark
         sc = spark.sparkContext
         conf_wh = sc.getConf().get(WAREHOUSE_CONF, None)
@@ -169,7 +178,11 @@ class KuduContext:
         self._local = (sc.master or "").startswith("local")
         self.servers = self._discover(local_tablet_servers)
         self._register()
-        self.transport = SparkTransport(sc, self.servers, wal_options)
+        self.transport = SparkTransport(
+            sc, self.servers, wal_options,
+            round_timeout_s=round_timeout_s or float(
+                conf.get(ROUND_TIMEOUT_CONF, str(DEFAULT_ROUND_TIMEOUT_S))
+                or DEFAULT_ROUND_TIMEOUT_S))
         self._service = ReplicationService(self.transport)
         self._janitor = StagingJanitor(sc, [s.host for s in self.servers],
                                        self.warehouse if self._local else None)
@@ -497,6 +510,9 @@ class KuduContext:
                     continue
                 try:
                     self.master.set_replace(lead.tablet.tablet_id, ts)
+                except NotFoundError:  # already out of the config (replaced): nothing to do
+                    self._failed_reported.add(key)
+                    continue
                 except KuduError as e:  # retried with the next write or healing pass
                     _log.warning("could not report failed replica %s of tablet %s: %s", ts,
                                  lead.tablet.tablet_id, e)

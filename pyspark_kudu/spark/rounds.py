@@ -12,7 +12,12 @@ dead host, and nothing is written (DESIGN §1).
 
 If any task dies, Spark aborts the barrier stage without retrying it (measured, DESIGN §4):
 the round reports every tablet server as failed and :class:`TabletLeader` retries without the
-hosts that have lost their executor.
+hosts that have lost their executor. A round's job that has not finished after
+``round_timeout_s`` (``spark.kudu.roundTimeoutSec``) is cancelled through its job group and
+counts as failed the same way: a job Spark never finishes (a stage waiting on an executor the
+driver has not yet declared lost) must not block a tablet's writes forever. Cancelling is
+safe: a killed task is a crashed replica mid-write, which the WAL's torn-tail recovery and
+Raft's re-sends already cover.
 
 Write batches do not travel inside the tasks: the driver's entries carry staged-batch refs
 and a round that has any becomes one job of two stages, a pinned map stage on the staging
@@ -27,22 +32,31 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from pyspark import SparkContext
 from pyspark.serializers import BatchedSerializer, CPickleSerializer
 
+from pyspark_kudu.errors import InvalidArgumentError
 from pyspark_kudu.spark.dataplane import StagedRef, read_staged, refs_in
 from pyspark_kudu.spark.peer import PeerRequest, PeerResponse, handle_requests
 from pyspark_kudu.spark.pinned import executor_hosts, pinned_rdd
 from pyspark_kudu.spark.tserver import current_host, local_data_root, run_pinned
 from pyspark_kudu.wal import WalOptions
 
-__all__ = ["SparkTransport", "TabletServerLocation", "root_cause"]
+__all__ = ["DEFAULT_ROUND_TIMEOUT_S", "SparkTransport", "TabletServerLocation", "root_cause"]
 
 _log = logging.getLogger(__name__)
+
+#: Seconds a replication round's Spark job may run before it is cancelled and counted as a
+#: failed round. Generous: a tablet copy's round moves the whole tablet (~6 s per 400 MB
+#: measured on the test machine, ``benchmarks/recovery.py``).
+DEFAULT_ROUND_TIMEOUT_S = 300.0
 
 @dataclass(frozen=True)
 class TabletServerLocation:
@@ -107,17 +121,42 @@ def root_cause(message: str) -> str:
         return f"{name}: {text.strip()}"
     return (message.strip().splitlines() or [""])[0]
 
+@contextmanager
+def _job_group(sc: SparkContext, group: str, description: str) -> Iterator[str]:
+    """Run this thread's jobs meanwhile in ``group`` (so they can be cancelled together),
+    restoring the thread's own group and description afterwards. PySpark pins each Python
+    thread to a JVM thread, so local properties are per calling thread."""
+    keys = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
+    saved = {k: sc.getLocalProperty(k) for k in keys}
+    sc.setLocalProperty("spark.jobGroup.id", group)
+    sc.setLocalProperty("spark.job.description", description)
+    # Cancelling interrupts the task threads: a Python worker blocked on a lock or a
+    # disk is killed rather than waited for.
+    sc.setLocalProperty("spark.job.interruptOnCancel", "true")
+    try:
+        yield group
+    finally:
+        for k, v in saved.items():
+            sc.setLocalProperty(k, v)  # type: ignore[arg-type]
+
+
 class SparkTransport:
     """Runs rounds as barrier stages over the tablet servers in ``servers``."""
 
     def __init__(self, sc: SparkContext, servers: Sequence[TabletServerLocation],
-                 options: WalOptions | None = None) -> None:
+                 options: WalOptions | None = None,
+                 round_timeout_s: float = DEFAULT_ROUND_TIMEOUT_S) -> None:
+        if not round_timeout_s > 0:
+            raise InvalidArgumentError(
+                f"round timeout must be a positive number of seconds, got {round_timeout_s!r}")
         self._sc = sc
         self._servers = {s.uuid: s for s in servers}
         self._options = options
         self._local = (sc.master or "").startswith("local")
+        self.round_timeout_s = round_timeout_s
         self.rounds = 0
         self.failed_rounds = 0
+        self.timed_out_rounds = 0
         self.last_error = ""
 
     def unreachable(self) -> set[str]:
@@ -143,23 +182,40 @@ class SparkTransport:
         result: dict[str, list[PeerResponse] | None] = {ts: None for ts in requests}
         if not tasks:
             return result
-        # Rounds run on the replication service's thread: name them for the Spark UI.
-        self._sc.setLocalProperty("spark.job.description", (
-            f"pyspark-kudu replication round {self.rounds}: "
-            f"{sum(len(r) for r in requests.values())} requests to {len(requests)} tablet "
-            f"servers"))
+        description = (f"pyspark-kudu replication round {self.rounds}: "
+                       f"{sum(len(r) for r in requests.values())} requests to "
+                       f"{len(requests)} tablet servers")
+        timer: threading.Timer | None = None
+        timed_out = threading.Event()
         try:
-            refs = self._refs_by_source(requests, [h for h, _ in sorted(by_host.items())])
-            if refs:
-                collected = self._run_with_data(tasks, refs)
-            else:
-                collected = (pinned_rdd(self._sc, tasks).barrier()
-                             .mapPartitions(_barrier_partition).collect())
+            with _job_group(self._sc, f"pyspark-kudu-round-{uuid.uuid4().hex}",
+                            description) as group:
+                def cancel() -> None:
+                    timed_out.set()
+                    self._sc.cancelJobGroup(group)
+
+                timer = threading.Timer(self.round_timeout_s, cancel)
+                timer.daemon = True
+                timer.start()
+                refs = self._refs_by_source(requests, [h for h, _ in sorted(by_host.items())])
+                if refs:
+                    collected = self._run_with_data(tasks, refs)
+                else:
+                    collected = (pinned_rdd(self._sc, tasks).barrier()
+                                 .mapPartitions(_barrier_partition).collect())
         except Exception as e:  # a failed stage is a failed round, by design
             self.failed_rounds += 1
-            self.last_error = root_cause(str(e))
+            if timed_out.is_set():
+                self.timed_out_rounds += 1
+                self.last_error = (f"the round's job did not finish within "
+                                   f"{self.round_timeout_s:g} s and was cancelled")
+            else:
+                self.last_error = root_cause(str(e))
             _log.warning("replication round failed as a whole: %s", self.last_error)
             return result
+        finally:
+            if timer is not None:
+                timer.cancel()
         for host_results in collected:
             for ts, resps, misplaced in host_results:
                 if misplaced:

@@ -34,6 +34,7 @@ Thread-safety: :func:`run` owns everything it starts; the workload threads share
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import logging
 import os
@@ -87,6 +88,13 @@ class HarnessConfig:
                                           ("delete", 0.15), ("read", 0.25))
     startup_deadline_s: float = 180.0
     executor_memory: str = "512m"
+    # A replication round's Spark job is cancelled (a failed round, retried) after this.
+    round_timeout_s: float = 45.0
+    # The whole run's budget: past it the watchdog dumps every thread's stack to
+    # ``stacks.txt``, cancels the Spark jobs and stops the workload, so a stuck run still
+    # ends with a report and an error naming what hung; ``budget_grace_s`` later it exits.
+    budget_s: float = 540.0
+    budget_grace_s: float = 150.0
     # MiB of a tmpfs mounted as the last worker's data root, for ``disk_full`` (0: none).
     small_disk_mb: int = 0
 
@@ -99,7 +107,7 @@ MODES: dict[str, HarnessConfig] = {
     "long": HarnessConfig(mode="long", workers=6, clients=3, keys=12, buckets=3,
                           warmup_s=20.0, fault_window_s=300.0, tail_s=20.0,
                           restore_deadline_s=300.0, unresponsive_s=10.0, down_s=(8.0, 30.0),
-                          gap_s=(5.0, 15.0), small_disk_mb=1024,
+                          gap_s=(5.0, 15.0), small_disk_mb=1024, budget_s=1800.0,
                           kinds=("kill_executor", "restart_worker", "corrupt_replica",
                                  "disk_full")),
 }
@@ -295,6 +303,56 @@ def _restored_after(recent: list[dict[str, Any]], faults_end: float) -> float | 
 # == the run ======================================================================================
 
 
+class _Watchdog:
+    """Ends a run that outlives its budget instead of letting it hang (CI must get a report
+    and a reason, not a killed process): after ``budget_s`` it dumps every thread's stack to
+    ``stacks.txt`` and stderr, records the overrun as an error, and calls ``on_expire``
+    (cancel Spark's jobs, stop the workload); ``grace_s`` after that, a run still not done
+    exits the process (status 2) with a second dump."""
+
+    def __init__(self, budget_s: float, grace_s: float, stacks: Path,
+                 log: Callable[[str], None]) -> None:
+        self.budget_s = budget_s
+        self.grace_s = grace_s
+        self.stacks = stacks
+        self.log = log
+        self.expired = False
+        self.on_expire: Callable[[], None] = lambda: None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="fault-watchdog")
+
+    def start(self) -> _Watchdog:
+        self._thread.start()
+        return self
+
+    def done(self) -> None:
+        self._done.set()
+
+    def _dump(self, why: str) -> None:
+        with open(self.stacks, "a", encoding="utf-8") as f:
+            f.write(f"== {why}\n")
+            f.flush()
+            faulthandler.dump_traceback(f, all_threads=True)
+        faulthandler.dump_traceback(sys.stderr, all_threads=True)
+
+    def _run(self) -> None:
+        if self._done.wait(self.budget_s):
+            return
+        self.expired = True
+        self.log(f"the run exceeded its budget of {self.budget_s:.0f} s: thread stacks in "
+                 f"{self.stacks}; cancelling Spark jobs and stopping the workload")
+        self._dump(f"budget of {self.budget_s:.0f} s exceeded")
+        try:
+            self.on_expire()
+        except Exception as e:
+            self.log(f"watchdog: {type(e).__name__}: {e}")
+        if self._done.wait(self.grace_s):
+            return
+        self._dump(f"still running {self.grace_s:.0f} s after the budget: exiting")
+        self.log(f"the run did not end {self.grace_s:.0f} s after its budget: exiting (2)")
+        os._exit(2)
+
+
 def _spark_session(master_url: str, cfg: HarnessConfig, deadline_s: float, want: int) -> Any:
     from pyspark.sql import SparkSession
 
@@ -385,6 +443,7 @@ def run(cfg: HarnessConfig, outdir: Path, schedule: Sequence[FaultEvent] | None 
     final: dict[Key, Value] | None = None
     faults_end: float | None = None
     restored_after: float | None = None
+    watchdog = _Watchdog(cfg.budget_s, cfg.budget_grace_s, outdir / "stacks.txt", log).start()
     try:
         log(f"starting {cfg.workers} Spark workers and a pyspark-kudu master under {outdir}")
         cluster.start(deadline_s=cfg.startup_deadline_s)
@@ -392,11 +451,20 @@ def run(cfg: HarnessConfig, outdir: Path, schedule: Sequence[FaultEvent] | None 
         spark = _spark_session(cluster.master_url, cfg, cfg.startup_deadline_s, cfg.workers)
         sc = spark.sparkContext
 
+        def expire() -> None:
+            if workload is not None:
+                workload.stop.set()
+            if injector is not None:
+                injector.stop(0.0)
+            sc.cancelAllJobs()
+
+        watchdog.on_expire = expire
+
         def hosts_up() -> set[str]:
             return set(executor_hosts(sc))
 
         kudu = KuduContext(spark, master=master.address, warehouse=str(outdir / "warehouse"),
-                           heal=True, heal_interval_s=1.0)
+                           heal=True, heal_interval_s=1.0, round_timeout_s=cfg.round_timeout_s)
         kudu.create_table(TABLE, _struct(), keys=["id"], replicas=cfg.replicas,
                           partitioning=PartitionSchema((HashDimension(("id",), cfg.buckets),)))
         if not plan:
@@ -433,7 +501,7 @@ def run(cfg: HarnessConfig, outdir: Path, schedule: Sequence[FaultEvent] | None 
         restore_end = time.monotonic() + cfg.restore_deadline_s
         tail_end = time.monotonic() + cfg.tail_s
         while time.monotonic() < max(restore_end if restored_after is None else 0.0,
-                                     tail_end):
+                                     tail_end) and not watchdog.expired:
             if restored_after is None:
                 restored_after = _restored_after(sampler.recent(3), faults_end)
                 if restored_after is not None:
@@ -446,7 +514,7 @@ def run(cfg: HarnessConfig, outdir: Path, schedule: Sequence[FaultEvent] | None 
         stuck = workload.join(60.0)
         if stuck:
             errors.append(f"client threads still blocked after the workload stopped: {stuck}")
-        final = _final_read(workload, history, deadline_s=60.0)
+        final = _final_read(workload, history, deadline_s=0.0 if watchdog.expired else 60.0)
         if final is None:
             errors.append("the final read of the whole table failed until its deadline")
         errors.extend(_undetected_corruption(injector.snapshot()))
@@ -471,6 +539,10 @@ def run(cfg: HarnessConfig, outdir: Path, schedule: Sequence[FaultEvent] | None 
                 errors.append(f"shutdown: {type(e).__name__}: {e}")
         if disk_host is not None:
             subprocess.run(["umount", str(small)], check=False, capture_output=True)
+        if watchdog.expired:
+            errors.insert(0, f"the run exceeded its budget of {cfg.budget_s:.0f} s (thread "
+                             f"stacks at that moment: {outdir / 'stacks.txt'})")
+    watchdog.done()
     return _finish(cfg, outdir, plan, faults, sampler, final, faults_end, restored_after,
                    errors, notes, time.monotonic() - wall0, log)
 
