@@ -208,7 +208,9 @@ class KuduContext:
     def _live_hosts(self) -> set[str]:
         if self._local:
             return {s.host for s in self.servers}
-        return set(executor_hosts(self.spark.sparkContext))
+        # A suspect host (not answering, though Spark still lists its executor) is not
+        # reported live: if it stays away, the master declares its tablet server failed.
+        return set(executor_hosts(self.spark.sparkContext)) - self.transport.suspect_hosts()
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:

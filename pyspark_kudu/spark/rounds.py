@@ -19,6 +19,14 @@ driver has not yet declared lost) must not block a tablet's writes forever. Canc
 safe: a killed task is a crashed replica mid-write, which the WAL's torn-tail recovery and
 Raft's re-sends already cover.
 
+A host can stop answering without its executor being lost (a network partition from the
+driver, a paused or swapping process): Spark keeps it until its heartbeats time out
+(``spark.network.timeout``, 120 s), so every round would wait on it. After a timed-out round
+each host of that round is *probed* (a one-task pinned job, ``probe_timeout_s``); a host
+whose probe does not run there in time is **suspect** for ``suspect_s`` and counts as
+unreachable meanwhile -- rounds go on without it (a majority suffices), scans avoid it, and
+the liveness reports leave it out, so the master can declare it failed if it stays away.
+
 Write batches do not travel inside the tasks: the driver's entries carry staged-batch refs
 and a round that has any becomes one job of two stages, a pinned map stage on the staging
 hosts and the barrier stage zipped with the shuffle that delivers the batches to every
@@ -33,6 +41,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -57,6 +66,8 @@ _log = logging.getLogger(__name__)
 #: failed round. Generous: a tablet copy's round moves the whole tablet (~6 s per 400 MB
 #: measured on the test machine, ``benchmarks/recovery.py``).
 DEFAULT_ROUND_TIMEOUT_S = 300.0
+#: Seconds a host that did not answer a probe stays out of rounds (it is probed again then).
+DEFAULT_SUSPECT_S = 30.0
 
 @dataclass(frozen=True)
 class TabletServerLocation:
@@ -110,6 +121,9 @@ def _emit_staged(items: Sequence[tuple[StagedRef, tuple[int, ...]]]
 def _destination(k: int) -> int:
     return k
 
+def _where(_: object) -> str:
+    return current_host()
+
 _PY_ERROR = re.compile(r"(?<![\w.$])(?:[a-z_]\w*\.)*([A-Z]\w*(?:Error|Exception)): ([^\n]*)")
 
 def root_cause(message: str) -> str:
@@ -154,15 +168,27 @@ class SparkTransport:
         self._options = options
         self._local = (sc.master or "").startswith("local")
         self.round_timeout_s = round_timeout_s
+        self.probe_timeout_s = min(10.0, round_timeout_s)
+        self.suspect_s = DEFAULT_SUSPECT_S
         self.rounds = 0
         self.failed_rounds = 0
         self.timed_out_rounds = 0
         self.last_error = ""
+        self._suspects: dict[str, float] = {}  # host -> monotonic time it stops being one
+        self._suspects_lock = threading.Lock()
+
+    def suspect_hosts(self) -> set[str]:
+        """Hosts that did not answer a probe after a timed-out round, for ``suspect_s``."""
+        now = time.monotonic()
+        with self._suspects_lock:
+            for h in [h for h, until in self._suspects.items() if until <= now]:
+                del self._suspects[h]
+            return set(self._suspects)
 
     def unreachable(self) -> set[str]:
         if self._local:
             return set()
-        live = set(executor_hosts(self._sc))
+        live = set(executor_hosts(self._sc)) - self.suspect_hosts()
         return {u for u, s in self._servers.items() if s.host not in live}
 
     def run(self, requests: Mapping[str, Sequence[PeerRequest]]) -> dict[
@@ -212,16 +238,59 @@ class SparkTransport:
             else:
                 self.last_error = root_cause(str(e))
             _log.warning("replication round failed as a whole: %s", self.last_error)
-            return result
+        else:
+            for host_results in collected:
+                for ts, resps, misplaced in host_results:
+                    if misplaced:
+                        _log.warning("tablet server %s: %s", ts, misplaced)
+                    result[ts] = resps
         finally:
             if timer is not None:
                 timer.cancel()
-        for host_results in collected:
-            for ts, resps, misplaced in host_results:
-                if misplaced:
-                    _log.warning("tablet server %s: %s", ts, misplaced)
-                result[ts] = resps
+        if timed_out.is_set() and not self._local:
+            self._mark_suspects(sorted(by_host))
         return result
+
+    def _mark_suspects(self, hosts: Sequence[str]) -> None:
+        """Probe ``hosts`` at once; those that do not run a task in time become suspect."""
+        answered: dict[str, bool] = {}
+        threads = [threading.Thread(target=lambda h=h: answered.__setitem__(h, self._probe(h)),
+                                    daemon=True, name=f"kudu-probe-{h}") for h in hosts]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(self.probe_timeout_s + 5.0)
+        silent = [h for h in hosts if not answered.get(h, False)]
+        if silent:
+            _log.warning("hosts %s did not answer within %g s after a timed-out round: left "
+                         "out of rounds for %g s", silent, self.probe_timeout_s, self.suspect_s)
+        until = time.monotonic() + self.suspect_s
+        with self._suspects_lock:
+            for h in silent:
+                self._suspects[h] = until
+
+    def _probe(self, host: str) -> bool:
+        """Whether a task pinned to ``host`` runs there within ``probe_timeout_s``."""
+        done = threading.Event()
+        try:
+            with _job_group(self._sc, f"pyspark-kudu-probe-{uuid.uuid4().hex}",
+                            f"pyspark-kudu: is {host} answering?") as group:
+                def cancel() -> None:
+                    if not done.is_set():
+                        self._sc.cancelJobGroup(group)
+
+                timer = threading.Timer(self.probe_timeout_s, cancel)
+                timer.daemon = True
+                timer.start()
+                try:
+                    got: list[str] = (pinned_rdd(self._sc, [(host, [host])]).map(_where)
+                                      .collect())
+                finally:
+                    done.set()
+                    timer.cancel()
+        except Exception:  # cancelled, or the job failed: no answer
+            return False
+        return got == [host]
 
     def _refs_by_source(self, requests: Mapping[str, Sequence[PeerRequest]],
                         hosts: Sequence[str]

@@ -12,6 +12,13 @@ Fault kinds (all on real processes; nothing is mocked):
   replication comes back only if the client re-replicates its tablets elsewhere (the
   background healer, issue 8). Planned at most once, last, and only when the remaining
   hosts can still hold ``rf`` replicas.
+* ``pause_host`` -- SIGSTOP the application's executor on a host and the Python processes
+  it started, SIGCONT them after ``duration_s``: the host stops answering while Spark still
+  lists its executor (heartbeats time out only after ``spark.network.timeout``), which is
+  what a network partition between the driver and that host looks like -- the closest this
+  machine allows (no ``iptables``; every host is a loopback address). Rounds that include
+  the host time out (``spark.kudu.roundTimeoutSec``), the host is probed and left out as
+  suspect, and writes go on with the majority.
 * ``corrupt_replica``: a byte flipped inside a replica's WAL, then its executor killed so the
   replica is reopened (:func:`corrupt_replica`); it must be marked failed and replaced.
 * ``disk_full`` -- fill the file system under the host's data root (a filler file taking
@@ -56,11 +63,14 @@ __all__ = [
     "executor_pids",
     "fill_disk",
     "free_disk",
+    "pause_host",
     "plan_schedule",
+    "resume_host",
     "small_disk",
 ]
 
-KINDS = ("kill_executor", "restart_worker", "lose_host", "disk_full", "corrupt_replica")
+KINDS = ("kill_executor", "restart_worker", "lose_host", "disk_full", "corrupt_replica",
+         "pause_host")
 
 
 @dataclass(frozen=True)
@@ -100,7 +110,8 @@ def plan_schedule(rng: random.Random, hosts: Sequence[str], window_s: float, *,
     kinds = [k for k in kinds if k != "disk_full" or disk_host is not None]
     while True:
         kind = rng.choice(list(kinds))
-        dur = rng.uniform(*down_s) if kind in ("restart_worker", "disk_full") else 0.0
+        dur = (rng.uniform(*down_s) if kind in ("restart_worker", "disk_full", "pause_host")
+               else 0.0)
         if t + dur > window_s - reserve:
             break
         host = rng.choice(list(hosts))
@@ -116,13 +127,20 @@ def plan_schedule(rng: random.Random, hosts: Sequence[str], window_s: float, *,
 
 def executor_pids(cluster: StandaloneCluster, host: str) -> list[int]:
     """Pids of executor JVMs launched by this cluster's worker on ``host``."""
+    return [pid for pid, cmd in _worker_group(cluster, host)
+            if b"CoarseGrainedExecutorBackend" in cmd]
+
+
+def _worker_group(cluster: StandaloneCluster, host: str) -> list[tuple[int, bytes]]:
+    """(pid, command line) of every process in the worker's process group on ``host`` but
+    the worker itself: its executors and their Python daemons and workers."""
     spec = next(w for w in cluster.worker_specs if w.host == host)
     if spec.process is None or spec.process.poll() is not None:
         return []
     group = spec.process.pid
     out = []
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+        if not entry.isdigit() or int(entry) == group:
             continue
         try:
             if os.getpgid(int(entry)) != group:
@@ -131,9 +149,31 @@ def executor_pids(cluster: StandaloneCluster, host: str) -> list[int]:
                 cmd = f.read()
         except (OSError, ProcessLookupError):
             continue  # exited meanwhile
-        if b"CoarseGrainedExecutorBackend" in cmd:
-            out.append(int(entry))
+        out.append((int(entry), cmd))
     return sorted(out)
+
+
+def pause_host(cluster: StandaloneCluster, host: str) -> list[int]:
+    """SIGSTOP the executors of ``host`` and the processes they started (not the worker
+    daemon: the Spark master must not lose the worker). Returns the pids, for
+    :func:`resume_host`. :class:`FaultSkipped` if no executor runs there."""
+    if not executor_pids(cluster, host):
+        raise FaultSkipped(f"no executor running on {host}")
+    pids = [pid for pid, _ in _worker_group(cluster, host)]
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            pass
+    return pids
+
+
+def resume_host(pids: Sequence[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
 
 
 class FaultSkipped(RuntimeError):
@@ -356,6 +396,20 @@ class FaultInjector:
             self.cluster.start_worker(ev.host)
             self._update(rec, note=f"worker restarted at {self.clock():.1f}")
             self._await_executor(ev.host, rec)
+        elif ev.kind == "pause_host":
+            rec = self._record(ev, start=self.clock())
+            try:
+                pids = pause_host(self.cluster, ev.host)
+            except FaultSkipped as e:
+                self._update(rec, start=None, note=f"skipped: {e}")
+                return
+            try:
+                self._update(rec, note=f"SIGSTOP pids {pids}")
+                self._wait_until(float(rec["start"]) + ev.duration_s)
+            finally:
+                resume_host(pids)
+            self._update(rec, end=self.clock(), note=f"SIGSTOP pids {pids}; SIGCONT at "
+                         f"{self.clock():.1f}")
         elif ev.kind == "lose_host":
             self._record(ev, start=self.clock(), note="worker killed for good")
             self.lost_hosts.add(ev.host)

@@ -102,7 +102,8 @@ def plot_timeline(path: Path, faults: Sequence[Mapping[str, Any]], ops: Sequence
 
     hosts = sorted({str(f["host"]) for f in faults})
     colors = {"kill_executor": "tab:red", "restart_worker": "tab:orange",
-              "lose_host": "tab:purple"}
+              "lose_host": "tab:purple", "pause_host": "tab:blue", "disk_full": "tab:brown",
+              "corrupt_replica": "tab:pink"}
     for y, host in enumerate(hosts):
         for f in faults:
             if str(f["host"]) != host or f.get("start") is None:
