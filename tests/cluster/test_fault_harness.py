@@ -1,7 +1,7 @@
 """The fault harness in short mode (issue 8, "Proof"): its own standalone cluster, an RF=3
-table, a workload under killed executors, a corrupted WAL and a lost host; the checker
-finds no violation, the healer restores full replication, and the report files exist and
-parse.
+table, a workload under killed executors, a restarted worker, a paused host, a corrupted WAL
+and a lost host; the checker finds no violation, the healer restores full replication, and
+the report files exist and parse.
 
 The harness runs as its own driver process (one SparkContext per process) and starts and
 stops its own Spark cluster: it kills workers, so it must not share the session's cluster.
@@ -47,9 +47,11 @@ def test_short_fault_run_finds_no_violation_and_writes_its_report(tmp_path: Path
     assert report["checker"]["valid"] is True and report["checker"]["violations"] == []
     assert report["seed"] == 2 and report["schedule"], report["schedule"]
     assert any(f["start"] is not None for f in report["faults"]), report["faults"]
-    # Seed 2 corrupts a replica's WAL: it must have been applied (not skipped).
-    corrupt = [f for f in report["faults"] if f["kind"] == "corrupt_replica"]
-    assert corrupt and corrupt[0]["start"] is not None, corrupt
+    # The schedule covers every kind of the short mode; corruption and a pause (a host
+    # partitioned from the driver) must have been applied, not skipped.
+    for kind in ("corrupt_replica", "pause_host"):
+        applied = [f for f in report["faults"] if f["kind"] == kind]
+        assert applied and applied[0]["start"] is not None, (kind, report["faults"])
     counts = report["counts"]
     assert counts["acknowledged_writes"] > 0 and counts["by_kind"].get("read"), counts
     # The healer brought the cluster back to full replication (a lost host included).

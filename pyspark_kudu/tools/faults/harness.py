@@ -74,13 +74,14 @@ class HarnessConfig:
     buckets: int = 2
     replicas: int = 3
     warmup_s: float = 8.0
-    fault_window_s: float = 30.0
+    fault_window_s: float = 48.0
     tail_s: float = 5.0
     restore_deadline_s: float = 150.0
     unresponsive_s: float = 6.0
     recover_deadline_s: float = 30.0
     lose_host: bool = True
-    kinds: tuple[str, ...] = ("kill_executor", "restart_worker", "corrupt_replica")
+    kinds: tuple[str, ...] = ("kill_executor", "restart_worker", "corrupt_replica",
+                              "pause_host")
     down_s: tuple[float, float] = (8.0, 12.0)
     gap_s: tuple[float, float] = (4.0, 7.0)
     op_pause_s: float = 0.05
@@ -88,8 +89,10 @@ class HarnessConfig:
                                           ("delete", 0.15), ("read", 0.25))
     startup_deadline_s: float = 180.0
     executor_memory: str = "512m"
-    # A replication round's Spark job is cancelled (a failed round, retried) after this.
-    round_timeout_s: float = 45.0
+    # A replication round's Spark job is cancelled (a failed round, retried) after this:
+    # shorter than a pause_host fault, so that rounds waiting on a paused host time out and
+    # the host is left out as suspect (rounds here move little data and take ~0.3-2 s).
+    round_timeout_s: float = 8.0
     # The whole run's budget: past it the watchdog dumps every thread's stack to
     # ``stacks.txt``, cancels the Spark jobs and stops the workload, so a stuck run still
     # ends with a report and an error naming what hung; ``budget_grace_s`` later it exits.
@@ -109,7 +112,7 @@ MODES: dict[str, HarnessConfig] = {
                           restore_deadline_s=300.0, unresponsive_s=10.0, down_s=(8.0, 30.0),
                           gap_s=(5.0, 15.0), small_disk_mb=1024, budget_s=1800.0,
                           kinds=("kill_executor", "restart_worker", "corrupt_replica",
-                                 "disk_full")),
+                                 "disk_full", "pause_host")),
 }
 
 

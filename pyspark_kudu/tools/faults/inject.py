@@ -102,14 +102,17 @@ def plan_schedule(rng: random.Random, hosts: Sequence[str], window_s: float, *,
     """Faults one at a time (a fault ends, a gap, the next starts) planned within
     ``window_s`` (the injector may start one later: it waits for the previous to heal);
     with ``lose_host``, one host is lost for good at the end if ``len(hosts) > rf``.
+    The first faults are every kind once, in a random order (a short window still covers
+    them all if it is long enough), then kinds at random.
     ``disk_full`` faults go to ``disk_host`` (the one with a small disk of its own), and are
     not planned without one."""
     events: list[FaultEvent] = []
     t = rng.uniform(*gap_s) / 2
     reserve = 2.0 if lose_host and len(hosts) > rf else 0.0
     kinds = [k for k in kinds if k != "disk_full" or disk_host is not None]
+    first = rng.sample(kinds, len(kinds))
     while True:
-        kind = rng.choice(list(kinds))
+        kind = first.pop(0) if first else rng.choice(list(kinds))
         dur = (rng.uniform(*down_s) if kind in ("restart_worker", "disk_full", "pause_host")
                else 0.0)
         if t + dur > window_s - reserve:
@@ -132,25 +135,38 @@ def executor_pids(cluster: StandaloneCluster, host: str) -> list[int]:
 
 
 def _worker_group(cluster: StandaloneCluster, host: str) -> list[tuple[int, bytes]]:
-    """(pid, command line) of every process in the worker's process group on ``host`` but
-    the worker itself: its executors and their Python daemons and workers."""
+    """(pid, command line) of every process the worker on ``host`` started, but not the
+    worker itself: the members of its process group (executors) and their descendants (the
+    Python daemon puts itself in a process group of its own)."""
     spec = next(w for w in cluster.worker_specs if w.host == host)
     if spec.process is None or spec.process.poll() is not None:
         return []
-    group = spec.process.pid
-    out = []
+    worker = spec.process.pid
+    parent: dict[int, int] = {}
+    cmds: dict[int, bytes] = {}
+    members: set[int] = set()
     for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == group:
+        if not entry.isdigit():
             continue
+        pid = int(entry)
         try:
-            if os.getpgid(int(entry)) != group:
-                continue
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                # "pid (comm) state ppid pgrp ...": comm may hold spaces; split after it.
+                fields = f.read().rsplit(b")", 1)[1].split()
             with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmd = f.read()
-        except (OSError, ProcessLookupError):
+                cmds[pid] = f.read()
+        except OSError:
             continue  # exited meanwhile
-        out.append((int(entry), cmd))
-    return sorted(out)
+        parent[pid] = int(fields[1])
+        if int(fields[2]) == worker and pid != worker:
+            members.add(pid)
+    grew = True
+    while grew:
+        more = {pid for pid, pp in parent.items() if pp in members and pid not in members}
+        members |= more
+        grew = bool(more)
+    members.discard(worker)
+    return sorted((pid, cmds[pid]) for pid in members)
 
 
 def pause_host(cluster: StandaloneCluster, host: str) -> list[int]:

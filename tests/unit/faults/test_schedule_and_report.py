@@ -33,6 +33,17 @@ def test_faults_come_one_at_a_time_and_a_host_is_lost_only_last() -> None:
         assert all(e.at_s + e.duration_s <= 45.0 for e in plan)
 
 
+def test_a_schedule_starts_with_every_kind_once() -> None:
+    kinds = ("kill_executor", "restart_worker", "corrupt_replica", "pause_host")
+    for seed in range(20):
+        plan = plan_schedule(random.Random(seed), HOSTS, 48.0, kinds=kinds, lose_host=True,
+                             down_s=(8.0, 12.0), gap_s=(4.0, 7.0))
+        first = [e.kind for e in plan[:len(kinds)]]
+        assert sorted(first) == sorted(kinds), (seed, plan)
+        paused = [e for e in plan if e.kind == "pause_host"]
+        assert all(8.0 <= e.duration_s <= 12.0 for e in paused), paused
+
+
 def test_no_host_is_lost_when_the_rest_could_not_hold_every_replica() -> None:
     plan = plan_schedule(random.Random(1), HOSTS[:3], 45.0, lose_host=True, rf=3)
     assert "lose_host" not in [e.kind for e in plan]
