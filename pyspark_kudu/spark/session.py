@@ -55,6 +55,7 @@ connection between calls and may be shared.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hmac
 import json
 import logging
@@ -64,7 +65,7 @@ import socketserver
 import struct
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -501,6 +502,25 @@ def _ids(body: Mapping[str, Any]) -> list[str]:
 # == registration ===============================================================================
 
 
+@contextlib.contextmanager
+def _active(spark: Any) -> Iterator[None]:
+    """Make ``spark`` the JVM's active session on this thread for the block, then restore.
+
+    Spark checks a data source name against the *active* session's registry, so registering
+    ``kudu`` in a ``newSession()`` of an application that registered it already fails unless
+    that new session is the active one."""
+    jss = spark._jvm.org.apache.spark.sql.SparkSession
+    previous = jss.getActiveSession()
+    jss.setActiveSession(spark._jsparkSession)
+    try:
+        yield
+    finally:
+        if previous.isDefined():
+            jss.setActiveSession(previous.get())
+        else:
+            jss.clearActiveSession()
+
+
 def register(kudu: KuduContext) -> SessionService:
     """Start ``kudu``'s session service and register ``format("kudu")`` bound to it.
 
@@ -518,7 +538,8 @@ def register(kudu: KuduContext) -> SessionService:
 
     service = SessionService(kudu)
     try:
-        kudu.spark.dataSource.register(bound_source(service.address))
+        with _active(kudu.spark):
+            kudu.spark.dataSource.register(bound_source(service.address))
         if not kudu.spark.sparkContext.getConf().contains(FILTER_PUSHDOWN_CONF):
             kudu.spark.conf.set(FILTER_PUSHDOWN_CONF, "true")
     except BaseException:

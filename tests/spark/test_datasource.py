@@ -433,6 +433,26 @@ def test_the_registered_class_carries_its_session_by_value(
     assert KuduDataSource.session is None  # the base stays unbound
 
 
+def test_a_second_session_of_the_application_gets_its_own_binding(
+    spark: SparkSession, kudu: tuple[KuduContext, SessionService], tmp_path: Path,
+) -> None:
+    jss = spark._jvm.org.apache.spark.sql.SparkSession  # type: ignore[union-attr]
+    active = jss.getActiveSession().get()
+    other = spark.newSession()
+    with KuduContext(other, warehouse=str(tmp_path / "wh2")) as ctx2:
+        # Registering in the new session neither failed nor changed the active session.
+        assert jss.getActiveSession().get().equals(active)
+        ctx2.create_table("only_in_two", STRUCT, keys=["id"], partitioning=HASH3)
+        save(other.createDataFrame([(1, "x"), (2, "y")], STRUCT), "only_in_two")
+        assert rows(load(other, "only_in_two")) == [(1, "x"), (2, "y")]
+        # The first session's format("kudu") still talks to the first context.
+        with pytest.raises(Exception, match="only_in_two"):
+            load(spark, "only_in_two").collect()
+    name = new_table(kudu[0])
+    save(spark.createDataFrame([(7, "z")], STRUCT), name)
+    assert rows(load(spark, name)) == [(7, "z")]
+
+
 # -- kudu.repartition ---------------------------------------------------------------------------
 
 

@@ -5,12 +5,16 @@ Shape of a run (``python -m pyspark_kudu.tools.faults --mode short --seed 1 --ou
 
 1. A :class:`StandaloneCluster` (``workers`` workers, 1 core each, data roots under
    ``DIR/spark``), a one-process master with a short tablet-server timeout
-   (:mod:`.master`), one Spark application and one :class:`KuduContext`.
+   (:mod:`.master`), one Spark application with ``sessions`` SparkSessions (the first and
+   ``newSession()``\\s of it), each with its own :class:`KuduContext`: independent writers,
+   each electing its own tablet leaders, so they fence each other by term all run long.
+   Only the first context heals.
 2. ``create_table`` of an RF=3 table hash-partitioned on ``id`` over a small key space.
-3. ``clients`` workload threads, each its own client id, sharing the application's
-   ``KuduContext`` (**not** two applications: two driver processes, each with its own twin
-   Spark cluster, are too heavy for the 2-core test machine -- two writer applications are
-   covered by ``tests/cluster/test_two_writers.py``). Each does single-row ``insert`` /
+3. ``clients`` workload threads, each its own client id, client ``i`` on session
+   ``i % sessions`` (two sessions of one application, **not** two applications: two driver
+   processes, each with its own twin Spark cluster, are too heavy for the 2-core test
+   machine -- two writer applications are covered by ``tests/cluster/test_two_writers.py``).
+   Each does single-row ``insert`` /
    ``upsert`` / ``delete`` with unique values and full-table reads, recorded in
    ``DIR/history.jsonl`` (:mod:`.history`). Outcomes: ``ok``; ``RowWriteError`` -> the
    rejected row ``fail``\\s; ``InvalidArgumentError`` (raised before anything is proposed)
@@ -28,8 +32,8 @@ Shape of a run (``python -m pyspark_kudu.tools.faults --mode short --seed 1 --ou
 6. Workload stops; the whole table is read; :func:`.checker.check`; ``report.json`` and
    ``timeline.png``; exit 1 on any violation, 2 when the run itself broke.
 
-Thread-safety: :func:`run` owns everything it starts; the workload threads share one
-``KuduContext`` (thread-safe) and one :class:`HistoryWriter` (thread-safe).
+Thread-safety: :func:`run` owns everything it starts; the workload threads share the
+``KuduContext``\\s (thread-safe) and one :class:`HistoryWriter` (thread-safe).
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ class HarnessConfig:
     seed: int = 1
     workers: int = 4
     clients: int = 2
+    sessions: int = 2
     keys: int = 6
     buckets: int = 2
     replicas: int = 3
@@ -134,12 +139,13 @@ class RunOutcome:
 class _Workload:
     """Client threads issuing single-row writes and full reads until stopped."""
 
-    def __init__(self, kudu: Any, spark: Any, history: HistoryWriter, cfg: HarnessConfig
-                 ) -> None:
+    def __init__(self, sessions: Sequence[tuple[Any, Any]], history: HistoryWriter,
+                 cfg: HarnessConfig) -> None:
+        """``sessions``: (KuduContext, SparkSession) pairs; client ``i`` uses pair
+        ``i % len(sessions)``, the final reader the first."""
         from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-        self.kudu = kudu
-        self.spark = spark
+        self.sessions = list(sessions)
         self.history = history
         self.cfg = cfg
         self.row = StructType([StructField("id", LongType(), False),
@@ -163,6 +169,10 @@ class _Workload:
             t.join(max(0.0, end - time.monotonic()))
         return [t.name for t in self.threads if t.is_alive()]
 
+    def _session(self, client: str) -> tuple[Any, Any]:
+        i = int(client[1:]) if client[1:].isdigit() else 0
+        return self.sessions[i % len(self.sessions)]
+
     def _client(self, client: str) -> None:
         rng = random.Random(f"{self.cfg.seed}/{client}")
         kinds = [k for k, _ in self.cfg.mix]
@@ -179,13 +189,14 @@ class _Workload:
 
     def write(self, client: str, kind: str, key: int, value: str) -> None:
         val: Value = None if kind == "delete" else value
+        kudu, spark = self._session(client)
         op = self.history.invoke(client, kind, [key], [val])
         try:
             if kind == "delete":
-                df = self.spark.createDataFrame([(key,)], self.key_only)
+                df = spark.createDataFrame([(key,)], self.key_only)
             else:
-                df = self.spark.createDataFrame([(key, value)], self.row)
-            self.kudu.write(df, TABLE, kind)
+                df = spark.createDataFrame([(key, value)], self.row)
+            kudu.write(df, TABLE, kind)
         except RowWriteError as e:
             rejected: dict[Key, str] = {}
             for _, row, status, _ in e.errors:
@@ -205,9 +216,10 @@ class _Workload:
 
     def read(self, client: str) -> dict[Key, Value] | None:
         keys = list(range(self.cfg.keys))
+        kudu, _ = self._session(client)
         op = self.history.invoke(client, "read", keys)
         try:
-            rows = self.kudu.read_table(TABLE).collect()
+            rows = kudu.read_table(TABLE).collect()
         except Exception as e:
             self.history.info(op, f"{type(e).__name__}: {e}")
             return None
@@ -419,8 +431,9 @@ def run(cfg: HarnessConfig, outdir: Path, schedule: Sequence[FaultEvent] | None 
     wall0 = time.monotonic()
     errors: list[str] = []
     notes: list[str] = [
-        f"{cfg.clients} client threads in one Spark application sharing one KuduContext "
-        "(two applications with twin clusters are too heavy for 2 cores)",
+        f"{cfg.clients} client threads over {cfg.sessions} SparkSessions of one application, "
+        "each session with its own KuduContext (independent writers fencing each other); "
+        "two applications with twin clusters are too heavy for 2 cores",
     ]
     cluster = StandaloneCluster(outdir / "spark", workers=cfg.workers, cores=1)
     disk_host: str | None = None
@@ -438,6 +451,7 @@ def run(cfg: HarnessConfig, outdir: Path, schedule: Sequence[FaultEvent] | None 
     master = MasterProcess(outdir / "kudu-master", cfg.unresponsive_s)
     spark: Any = None
     kudu: Any = None
+    others: list[Any] = []  # the KuduContexts of the other sessions
     history: HistoryWriter | None = None
     sampler: _Sampler | None = None
     injector: FaultInjector | None = None
@@ -468,6 +482,11 @@ def run(cfg: HarnessConfig, outdir: Path, schedule: Sequence[FaultEvent] | None 
 
         kudu = KuduContext(spark, master=master.address, warehouse=str(outdir / "warehouse"),
                            heal=True, heal_interval_s=1.0, round_timeout_s=cfg.round_timeout_s)
+        for n in range(1, cfg.sessions):
+            others.append(KuduContext(
+                spark.newSession(), master=master.address,
+                warehouse=str(outdir / f"warehouse-{n + 1}"), heal=False,
+                round_timeout_s=cfg.round_timeout_s))
         kudu.create_table(TABLE, _struct(), keys=["id"], replicas=cfg.replicas,
                           partitioning=PartitionSchema((HashDimension(("id",), cfg.buckets),)))
         if not plan:
@@ -483,7 +502,7 @@ def run(cfg: HarnessConfig, outdir: Path, schedule: Sequence[FaultEvent] | None 
         history = HistoryWriter(outdir / "history.jsonl", {"seed": cfg.seed, "mode": cfg.mode})
         sampler = _Sampler(master.address, history.now, hosts_up,
                            outdir / "samples.jsonl").start()
-        workload = _Workload(kudu, spark, history, cfg)
+        workload = _Workload([(kudu, spark), *((o, o.spark) for o in others)], history, cfg)
         workload.start()
         time.sleep(cfg.warmup_s)  # fault-free warm-up of the workload (pacing)
         def healthy() -> bool:
@@ -532,7 +551,7 @@ def run(cfg: HarnessConfig, outdir: Path, schedule: Sequence[FaultEvent] | None 
         if history is not None:
             history.close()
         faults = injector.snapshot() if injector is not None else []
-        for closer in (kudu.close if kudu is not None else None,
+        for closer in (*(o.close for o in others), kudu.close if kudu is not None else None,
                        spark.stop if spark is not None else None, master.stop, cluster.stop):
             if closer is None:
                 continue
