@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -105,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             r.update(_run(spark, args, base, cluster))
         finally:
             spark.stop()
+    shutil.rmtree(base, ignore_errors=True)  # ~1 GB of replicas at the default size
     _report(r)
     return 0
 

@@ -14,7 +14,8 @@ leader that receives a full report re-drives everything its predecessor left unf
 - a tablet this server leads that is under-replicated (fewer voters than the replication
   factor, a replica on a server that stopped heartbeating, or a REPLACE mark) gets a new
   replica placed with :func:`~pyspark_kudu.master.placement.place_extra_replica`
-  (``add_replica``, as NON_VOTER: Raft config change seed, 3-4-3); one that is
+  (``add_replica``, as NON_VOTER: Raft config change seed, 3-4-3; ``replacing`` names the
+  doomed voter the leader evicts right after promoting the new one); one that is
   over-replicated sheds its REPLACE-marked or dead replica (``remove_replica``);
 - on a *full* report, tablets the catalog assigns to the server that it did not report are
   created again (``create_tablet``, the seed's "nudge").
@@ -30,7 +31,13 @@ from typing import Any
 
 from pyspark_kudu.master.catalog import Catalog
 from pyspark_kudu.master.ddl import cluster_snapshot
-from pyspark_kudu.master.entities import MemberType, TableState, TabletMeta, TabletState
+from pyspark_kudu.master.entities import (
+    MemberType,
+    ReplicaMeta,
+    TableState,
+    TabletMeta,
+    TabletState,
+)
 from pyspark_kudu.master.placement import place_extra_replica
 from pyspark_kudu.master.rebalancer import plan_rebalance
 from pyspark_kudu.master.records import TabletReport
@@ -171,8 +178,9 @@ def _replication_actions(
                   and r.ts_uuid not in doomed]
     if failed is not None:
         if non_voters and len(voters) < rf + (1 if doomed else 0):
-            return [{"action": "promote_replica", "tablet_id": tb.tablet_id,
-                     "ts_uuid": non_voters[0].ts_uuid, "cas_config_index": tb.config_index}]
+            return [_replacing({"action": "promote_replica", "tablet_id": tb.tablet_id,
+                                "ts_uuid": non_voters[0].ts_uuid,
+                                "cas_config_index": tb.config_index}, voters, doomed)]
         dead_non_voters = [r.ts_uuid for r in tb.replicas if r.member_type is
                            MemberType.NON_VOTER and r.ts_uuid in doomed]
         if dead_non_voters:
@@ -188,5 +196,16 @@ def _replication_actions(
                                replacing=doomed)
     if dest is None:
         return []
-    return [{"action": "add_replica", "tablet_id": tb.tablet_id, "ts_uuid": dest,
-             "member_type": MemberType.NON_VOTER.value, "cas_config_index": tb.config_index}]
+    return [_replacing({"action": "add_replica", "tablet_id": tb.tablet_id, "ts_uuid": dest,
+                        "member_type": MemberType.NON_VOTER.value,
+                        "cas_config_index": tb.config_index}, voters, doomed)]
+
+
+def _replacing(action: Action, voters: Sequence[ReplicaMeta], doomed: Sequence[str]) -> Action:
+    """Name in ``action`` the doomed voter the new replica replaces (``replacing``): as in
+    Kudu, the leader that promoted the new replica evicts that one right away, in the same
+    action (no second plan for the ``remove_replica`` step)."""
+    doomed_voters = [r.ts_uuid for r in voters if r.ts_uuid in doomed]
+    if doomed_voters:
+        action["replacing"] = doomed_voters[0]
+    return action

@@ -613,12 +613,16 @@ class KuduContext:
         seconds, ``-1.0`` for an action skipped because the plan was stale or its tablet
         already has an action in this batch (the next plan decides again)."""
         out: list[tuple[KuduError | None, float]] = [(None, -1.0)] * len(actions)
-        ready: list[tuple[int, str, str, str, TabletLeader]] = []
+        ready: list[tuple[int, str, str, str, TabletLeader, str]] = []
         servers = {s.uuid for s in self.servers}
         for i, action in enumerate(actions):
             kind = str(action["action"])
             tid, ts = str(action["tablet_id"]), str(action["ts_uuid"])
             to = str(action.get("to_uuid", ""))
+            # An add/promote that replaces a doomed voter evicts it once the new one is a
+            # voter, as Kudu's leader does (3-4-3 in one action).
+            replacing = str(action.get("replacing", "")) if kind in (
+                "add_replica", "promote_replica") else ""
             try:
                 # Only a server this application runs tasks on can receive a copy; evicting
                 # one needs nothing from it (it may be long dead).
@@ -638,18 +642,22 @@ class KuduContext:
                         action.get("cas_config_index", 0)):
                     continue  # the plan is stale: the tablet changed since; next pass
                 exclude = frozenset({ts}) if kind in ("remove_replica", "move_replica") \
-                    else frozenset()
+                    else frozenset({replacing} - {""})
                 lead = self._leaders_for(locs, [tid], exclude=exclude)[tid]
             except KuduError as e:
                 out[i] = (e, 0.0)
                 continue
-            ready.append((i, kind, tid, ts if kind != "move_replica" else f"{ts}>{to}", lead))
+            ready.append((i, kind, tid, ts if kind != "move_replica" else f"{ts}>{to}", lead,
+                          replacing))
 
-        def one(kind: str, member: str, lead: TabletLeader) -> tuple[KuduError | None, float]:
+        def one(kind: str, member: str, lead: TabletLeader, replacing: str
+                ) -> tuple[KuduError | None, float]:
             t0 = time.monotonic()
             try:
                 if kind in ("add_replica", "promote_replica"):
                     lead.add_replica(member)
+                    if replacing:
+                        lead.remove_replica(replacing)
                 elif kind == "remove_replica":
                     lead.remove_replica(member)
                 else:  # the rebalancer's move: add, then remove
@@ -663,27 +671,27 @@ class KuduContext:
 
         def run_all() -> list[tuple[KuduError | None, float]]:
             if len(ready) == 1:
-                _, kind, _, member, lead = ready[0]
-                return [one(kind, member, lead)]
+                _, kind, _, member, lead, replacing = ready[0]
+                return [one(kind, member, lead, replacing)]
             # One thread per tablet, their rounds merged: one stage per step for all.
             shared = SharedRounds(self.transport, len(ready))
 
-            def party_member(kind: str, member: str, lead: TabletLeader
+            def party_member(kind: str, member: str, lead: TabletLeader, replacing: str
                              ) -> tuple[KuduError | None, float]:
                 try:
                     with lead.rounds_via(shared):
-                        return one(kind, member, lead)
+                        return one(kind, member, lead, replacing)
                 finally:
                     shared.leave()
 
             with ThreadPoolExecutor(len(ready), thread_name_prefix="kudu-heal") as pool:
-                futs = [pool.submit(party_member, kind, member, lead)
-                        for _, kind, _, member, lead in ready]
+                futs = [pool.submit(party_member, kind, member, lead, replacing)
+                        for _, kind, _, member, lead, replacing in ready]
                 return [f.result() for f in futs]
 
         if ready:
-            for (i, _, _, _, lead), res in zip(ready, self._service.call(run_all).result(),
-                                               strict=True):
+            for (i, _, _, _, lead, _), res in zip(ready, self._service.call(run_all).result(),
+                                                  strict=True):
                 out[i] = res
                 if res[0] is None:
                     self._report_config(lead)

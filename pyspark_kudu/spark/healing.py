@@ -11,9 +11,11 @@ that runs Spark jobs. :class:`Healer` runs in the :class:`~pyspark_kudu.spark.co
 2. carries out at most ``max_moves`` actions, each on the tablet's leader (this client
    elects itself for the tablet if it does not lead it; a writer elsewhere is fenced and its
    write fails retryably, as with any leader change): ``add_replica`` creates the replica,
-   adds it as a NON_VOTER, copies the tablet to it and promotes it once caught up;
-   ``promote_replica`` finishes an add that was interrupted; ``remove_replica`` evicts the
-   failed or REPLACE-marked one (3-4-3). Each action runs on the replication service's round
+   adds it as a NON_VOTER, copies the tablet to it and promotes it once caught up, then
+   (as Kudu's leader does) evicts the failed or REPLACE-marked voter it replaces, the plan's
+   ``replacing`` (3-4-3 in one action); ``promote_replica`` finishes an add that was
+   interrupted, the same way; ``remove_replica`` evicts a doomed replica left over (e.g. an
+   eviction that failed). Each action runs on the replication service's round
    thread, so writes and membership changes of one tablet never interleave inside a round;
 3. reports each new configuration to the master (a tablet report with its Raft index);
    when nothing needs healing and ``rebalance`` is on (``spark.kudu.autoRebalance``, off by
@@ -58,6 +60,7 @@ class HealAction:
     outcome: str
     seconds: float
     at: float = field(default_factory=time.time)
+    replacing: str = ""  # add/promote: the doomed voter evicted in the same action
 
 
 class HealerTarget(Protocol):
@@ -152,7 +155,8 @@ class Healer:
                 _log.warning("healing: %s of tablet %s on %s failed: %s", act["action"],
                              act["tablet_id"], act["ts_uuid"], err)
             rec = HealAction(str(act["action"]), str(act["tablet_id"]), str(act["ts_uuid"]),
-                             str(act.get("table_name", "")), outcome, seconds)
+                             str(act.get("table_name", "")), outcome, seconds,
+                             replacing=str(act.get("replacing", "")))
             done.append(rec)
             if self._on_action is not None:
                 self._on_action(rec)

@@ -38,8 +38,11 @@ schedules concurrent jobs); the registry is read-only after construction.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import re
+import tempfile
 import threading
 import time
 import uuid
@@ -101,10 +104,62 @@ def _barrier_partition(it: Iterator[_HostTask]) -> Iterator[list[tuple[str, Any,
     for task in it:
         yield _serve_host(task)
 
-def _barrier_with_data(it: Iterator[tuple[_HostTask, list[tuple[int, tuple[str, bytes]]]]]
-                       ) -> Iterator[list[tuple[str, Any, str]]]:
+#: Delivered payloads at least this large are *landed* by the shuffle's reduce side: written
+#: to a private temporary file on the destination host, which the barrier task of the same
+#: Spark task reads back (and removes). Otherwise each would be pickled once more and cross
+#: between Python and the JVM twice more on its way to the barrier task (~0.3 s per 60 MB
+#: tablet-copy part measured, ``benchmarks/recovery.py``). Write batches stay far below.
+_LAND_BYTES = 8 << 20
+
+
+@dataclass(frozen=True)
+class _Landed:
+    path: str  # a temporary file on this host holding the payload
+
+
+def _land(it: Iterator[tuple[int, tuple[str, bytes]]]
+          ) -> Iterator[list[tuple[int, tuple[str, bytes | _Landed]]]]:
+    """Reduce side of a delivery, on the destination host: this partition's payloads as one
+    list (the barrier side zips one element per partition), large ones landed."""
+    out: list[tuple[int, tuple[str, bytes | _Landed]]] = []
+    try:
+        for d, (path, data) in it:
+            if len(data) < _LAND_BYTES:
+                out.append((d, (path, data)))
+                continue
+            fd, tmp = tempfile.mkstemp(prefix="pyspark-kudu-delivered-")  # mode 0600
+            out.append((d, (path, _Landed(tmp))))
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+    except BaseException:
+        _unland(out)
+        raise
+    yield out
+
+
+def _unland(pairs: Sequence[tuple[int, tuple[str, bytes | _Landed]]]) -> None:
+    for _, (_, data) in pairs:
+        if isinstance(data, _Landed):
+            with contextlib.suppress(OSError):
+                os.remove(data.path)
+
+
+def _barrier_with_data(
+    it: Iterator[tuple[_HostTask, list[tuple[int, tuple[str, bytes | _Landed]]]]],
+) -> Iterator[list[tuple[str, Any, str]]]:
     for task, pairs in it:
-        yield _serve_host(task, {path: data for _, (path, data) in pairs})
+        try:
+            delivered: dict[str, bytes] = {}
+            for _, (path, data) in pairs:
+                if isinstance(data, _Landed):
+                    with open(data.path, "rb") as f:
+                        delivered[path] = f.read()
+                else:
+                    delivered[path] = data
+            out = _serve_host(task, delivered)
+        finally:
+            _unland(pairs)
+        yield out
 
 def _emit_staged(items: Sequence[tuple[StagedRef, tuple[int, ...]]]
                  ) -> Iterator[tuple[int, tuple[str, bytes]]]:
@@ -325,7 +380,7 @@ class SparkTransport:
         # sides in two more Python workers per task (each a process start under load).
         shuffled = (source.flatMap(_emit_staged)
                     .partitionBy(len(tasks), _destination)
-                    .glom()
+                    .mapPartitions(_land)
                     ._reserialize(BatchedSerializer(CPickleSerializer(), 1)))  # type: ignore[no-untyped-call]
         out: list[list[tuple[str, Any, str]]] = (
             pinned_rdd(sc, tasks).zip(shuffled).barrier()

@@ -45,6 +45,7 @@ import os
 import shutil
 import struct
 from collections.abc import Iterable, Iterator, Sequence
+from typing import IO, Any
 
 import google_crc32c
 
@@ -112,28 +113,38 @@ def copy_out(root: str, host: str, tablet_id: str, handle: ReplicaHandle, applie
     out_dir = os.path.join(root, rel_dir)
     make_private_dirs(out_dir)
     parts: list[StagedRef] = []
-    current: list[bytes] = []
-    size = 0
+    # Chunks are written to the current part file as they come (no part held in memory),
+    # its CRC extended piece by piece.
+    f: IO[Any] | None = None
+    size = crc = 0
 
-    def flush_part() -> None:
-        nonlocal current, size
-        data = b"".join(current)
+    def close_part() -> None:
+        nonlocal f
+        assert f is not None
+        f.close()
+        f = None
         name = f"part-{len(parts):06d}"
-        with open_private(os.path.join(out_dir, name), "wb") as f:
-            f.write(data)
-        parts.append(StagedRef(host, root, os.path.join(rel_dir, name), len(data),
-                               google_crc32c.value(data), 0, -1))
-        current, size = [], 0
+        parts.append(StagedRef(host, root, os.path.join(rel_dir, name), size, crc, 0, -1))
 
-    with TabletCopySource(handle.tablet) as src:
-        for chunk in src.chunks():
-            raw = chunk.to_bytes()
-            framed = _LEN.pack(len(raw)) + raw
-            if current and size + len(framed) > part_bytes:
-                flush_part()
-            current.append(framed)
-            size += len(framed)
-    flush_part()
+    try:
+        with TabletCopySource(handle.tablet) as src:
+            for chunk in src.chunks():
+                raw = chunk.to_bytes()
+                n = _LEN.size + len(raw)
+                if f is not None and size and size + n > part_bytes:
+                    close_part()
+                if f is None:
+                    f = open_private(os.path.join(out_dir, f"part-{len(parts):06d}"), "wb")
+                    size = crc = 0
+                for piece in (_LEN.pack(len(raw)), raw):
+                    f.write(piece)
+                    crc = google_crc32c.extend(crc, piece)
+                size += n
+        if f is not None:
+            close_part()
+    finally:
+        if f is not None:
+            f.close()
     return CopyOut(parts, applied, term, conf)
 
 

@@ -74,16 +74,17 @@ def test_a_replace_marked_replica_is_replaced_3_4_3_and_its_files_swept(
 
     kudu.master.set_replace(tablet.tablet_id, marked)
     plan = kudu.replication_plan()
-    assert [(a["action"], a["tablet_id"], a["ts_uuid"]) for a in plan] == [
-        ("add_replica", tablet.tablet_id, spare)]
+    assert [(a["action"], a["tablet_id"], a["ts_uuid"], a["replacing"]) for a in plan] == [
+        ("add_replica", tablet.tablet_id, spare, marked)]
     _heal_until_quiet(kudu, f"replacement of {marked} in tablet {tablet.tablet_id}")
 
     after = next(t for t in kudu.master.get_table("t").tablets
                  if t.tablet_id == tablet.tablet_id)
     assert sorted(after.voters) == sorted({*tablet.voters, spare} - {marked})
     assert all(r.member_type is MemberType.VOTER for r in after.replicas)
-    steps = [(a.action, a.outcome) for a in kudu.healer.history]
-    assert steps == [("add_replica", "ok"), ("remove_replica", "ok")], steps
+    # One action: add, copy, promote, then evict the marked one (the plan named it).
+    steps = [(a.action, a.outcome, a.replacing) for a in kudu.healer.history]
+    assert steps == [("add_replica", "ok", marked)], steps
     # The new replica got a tablet copy: it holds every row, as the leader does.
     assert _rows_on(kudu, spare, tablet.tablet_id) == before
     # Writes go on with the new configuration, and reads see everything.

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import fcntl
+import glob
 import os
+import tempfile
 from pathlib import Path
 
+import google_crc32c
 import pytest
 from pyspark.sql import SparkSession
 
 from pyspark_kudu.consensus.messages import EntryType
 from pyspark_kudu.errors import InvalidArgumentError
+from pyspark_kudu.spark import rounds
+from pyspark_kudu.spark.dataplane import STAGING_DIR, StagedRef
 from pyspark_kudu.spark.leader import TabletLeader, TabletReplicas
 from pyspark_kudu.spark.peer import PeerRequest, RequestKind, replica_storage, tablet_dir
 from pyspark_kudu.spark.pinned import executor_hosts
@@ -43,6 +48,59 @@ def test_tablet_writes_commit_through_barrier_stages_on_virtual_tablet_servers(
             hs, _ = st.initial_state()
         assert [e.data for e in ents if e.type == EntryType.NORMAL and e.data] == [b"r1", b"r2"]
         assert hs.commit == last, f"replica {s.uuid} did not learn the commit index"
+
+
+def test_a_large_staged_payload_is_landed_on_the_way_and_every_replica_gets_it_intact(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A payload of at least ``_LAND_BYTES`` (a tablet copy part, a huge batch) crosses the
+    shuffle and is landed in a private temporary file by the reduce side; the barrier task
+    reads it back, the replicas log the real bytes, and no landed file is left behind."""
+    sc = spark.sparkContext
+    host = next(iter(executor_hosts(sc)))
+    servers = []
+    for n in range(3):
+        info = ensure_instance(str(tmp_path / f"ts{n}"))
+        servers.append(TabletServerLocation(info.uuid, host, info.data_root))
+    root0 = servers[0].root
+    assert root0 is not None
+    payload = os.urandom(rounds._LAND_BYTES + 12345)
+    rel = os.path.join(STAGING_DIR, "w-large", "b.bin")
+    os.makedirs(os.path.join(root0, os.path.dirname(rel)))
+    with open(os.path.join(root0, rel), "wb") as f:
+        f.write(payload)
+    ref = StagedRef(host, root0, rel, len(payload), google_crc32c.value(payload), 0, 0)
+    landed_before = set(glob.glob(os.path.join(tempfile.gettempdir(),
+                                               "pyspark-kudu-delivered-*")))
+    transport = SparkTransport(sc, servers)
+    tablet = TabletReplicas("tab-big", tuple(s.uuid for s in servers))
+    TabletLeader(tablet, servers[0].uuid, transport).create()
+    lead = TabletLeader(tablet, servers[0].uuid, transport)
+    lead.elect()
+    lead.propose([ref.encode()])
+    lead.heartbeat()
+    assert transport.failed_rounds == 0, transport.last_error
+    for s in servers:
+        assert s.root is not None
+        with replica_storage(s.root, "tab-big") as st:
+            ents = st.entries(st.first_index(), st.last_index() + 1)
+        logged = [e.data for e in ents if e.type == EntryType.NORMAL and e.data]
+        assert logged == [payload], f"replica {s.uuid} logged {[len(d) for d in logged]}"
+    left = set(glob.glob(os.path.join(tempfile.gettempdir(), "pyspark-kudu-delivered-*")))
+    assert left <= landed_before, f"landed files left behind: {sorted(left - landed_before)}"
+
+
+def test_land_writes_private_files_only_for_large_payloads_and_unland_removes_them() -> None:
+    small, big = b"s" * 10, os.urandom(rounds._LAND_BYTES)
+    (out,) = list(rounds._land(iter([(0, ("a", small)), (1, ("b", big))])))
+    assert out[0] == (0, ("a", small))
+    d, (path, landed) = out[1]
+    assert (d, path) == (1, "b") and isinstance(landed, rounds._Landed)
+    assert os.stat(landed.path).st_mode & 0o777 == 0o600
+    with open(landed.path, "rb") as f:
+        assert f.read() == big
+    rounds._unland(out)
+    assert not os.path.exists(landed.path)
 
 
 def test_a_round_whose_job_does_not_finish_is_cancelled_and_counts_as_failed(

@@ -129,7 +129,7 @@ def test_leader_of_under_replicated_tablet_gets_an_add_then_a_remove() -> None:
                            rng=random.Random(0))
     (spare,) = set(c.tservers) - set(voters)
     assert acts == [{"action": "add_replica", "tablet_id": tb, "ts_uuid": spare,
-                     "member_type": "NON_VOTER", "cas_config_index": 1}]
+                     "member_type": "NON_VOTER", "cas_config_index": 1, "replacing": dead}]
     four = (*(ReplicaMeta(v) for v in voters), ReplicaMeta(spare))
     c = apply(c, UpdateTablets(leader, (TabletReport(tb, 2, leader, 6, 2, four),)), 12)
     acts = pending_actions(c, leader, [TabletReport(tb, 2, leader)], full=False, live=live,

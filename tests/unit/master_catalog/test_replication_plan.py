@@ -42,12 +42,13 @@ def test_a_failed_server_is_replaced_step_by_step_3_4_3() -> None:
     # Not failed yet (only unresponsive): nothing to do.
     assert replication_plan(c, live=live, failed=set(), rng=random.Random(0)) == []
     acts = replication_plan(c, live=live, failed={dead}, rng=random.Random(0))
-    assert [(a["action"], a["ts_uuid"], a["table_name"]) for a in acts] == [
-        ("add_replica", spare, "t1")]
+    assert [(a["action"], a["ts_uuid"], a["table_name"], a["replacing"]) for a in acts] == [
+        ("add_replica", spare, "t1", dead)]
     # An interrupted add (the new replica is still a NON_VOTER) is finished first.
     c = _config(c, tb, voters, [spare], index=2)
     acts = replication_plan(c, live=live, failed={dead}, rng=random.Random(0))
-    assert [(a["action"], a["ts_uuid"]) for a in acts] == [("promote_replica", spare)]
+    assert [(a["action"], a["ts_uuid"], a["replacing"]) for a in acts] == [
+        ("promote_replica", spare, dead)]
     c = _config(c, tb, [*voters, spare], index=3)
     acts = replication_plan(c, live=live, failed={dead}, rng=random.Random(0))
     assert [(a["action"], a["ts_uuid"], a["cas_config_index"]) for a in acts] == [
