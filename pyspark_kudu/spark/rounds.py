@@ -15,7 +15,11 @@ the round reports every tablet server as failed and :class:`TabletLeader` retrie
 hosts that have lost their executor. A round's job that has not finished after
 ``round_timeout_s`` (``spark.kudu.roundTimeoutSec``) is cancelled through its job group and
 counts as failed the same way: a job Spark never finishes (a stage waiting on an executor the
-driver has not yet declared lost) must not block a tablet's writes forever. Cancelling is
+driver has not yet declared lost) must not block a tablet's writes forever. Sooner than
+that, a round is cancelled as soon as the driver loses an executor one of its hosts had
+when it started (its watcher polls every ``watch_interval_s``): a barrier task not yet
+launched there would otherwise wait for the timeout (measured: a round in flight when a
+worker was SIGKILLed waited the whole 300 s default; the others failed within ~5 s). Cancelling is
 safe: a killed task is a crashed replica mid-write, which the WAL's torn-tail recovery and
 Raft's re-sends already cover.
 
@@ -228,6 +232,8 @@ class SparkTransport:
         self.rounds = 0
         self.failed_rounds = 0
         self.timed_out_rounds = 0
+        self.lost_executor_rounds = 0
+        self.watch_interval_s = 0.5  # how often a round's watcher checks the executors
         self.last_error = ""
         self._suspects: dict[str, float] = {}  # host -> monotonic time it stops being one
         self._suspects_lock = threading.Lock()
@@ -266,18 +272,13 @@ class SparkTransport:
         description = (f"pyspark-kudu replication round {self.rounds}: "
                        f"{sum(len(r) for r in requests.values())} requests to "
                        f"{len(requests)} tablet servers")
-        timer: threading.Timer | None = None
         timed_out = threading.Event()
+        lost: list[str] = []  # round hosts whose executor the driver lost meanwhile
+        done = threading.Event()
         try:
             with _job_group(self._sc, f"pyspark-kudu-round-{uuid.uuid4().hex}",
                             description) as group:
-                def cancel() -> None:
-                    timed_out.set()
-                    self._sc.cancelJobGroup(group)
-
-                timer = threading.Timer(self.round_timeout_s, cancel)
-                timer.daemon = True
-                timer.start()
+                self._watch(group, sorted(by_host), done, timed_out, lost)
                 refs = self._refs_by_source(requests, [h for h, _ in sorted(by_host.items())])
                 if refs:
                     collected = self._run_with_data(tasks, refs)
@@ -286,7 +287,11 @@ class SparkTransport:
                                  .mapPartitions(_barrier_partition).collect())
         except Exception as e:  # a failed stage is a failed round, by design
             self.failed_rounds += 1
-            if timed_out.is_set():
+            if lost:
+                self.lost_executor_rounds += 1
+                self.last_error = (f"the round's job was cancelled: the executor of "
+                                   f"{', '.join(lost)} was lost during the round")
+            elif timed_out.is_set():
                 self.timed_out_rounds += 1
                 self.last_error = (f"the round's job did not finish within "
                                    f"{self.round_timeout_s:g} s and was cancelled")
@@ -300,11 +305,37 @@ class SparkTransport:
                         _log.warning("tablet server %s: %s", ts, misplaced)
                     result[ts] = resps
         finally:
-            if timer is not None:
-                timer.cancel()
+            done.set()
         if timed_out.is_set() and not self._local:
             self._mark_suspects(sorted(by_host))
         return result
+
+    def _watch(self, group: str, hosts: Sequence[str], done: threading.Event,
+               timed_out: threading.Event, lost: list[str]) -> None:
+        """Cancel the round's job group once ``round_timeout_s`` passed (``timed_out``) or,
+        on a cluster, once the driver lost an executor that a host of the round had when
+        it started (``lost``): a barrier task that had not launched there would wait for a
+        slot that never comes, and one that had is failing anyway."""
+        deadline = time.monotonic() + self.round_timeout_s
+        before = {} if self._local else {
+            h: set(ids) for h, ids in executor_hosts(self._sc).items() if h in hosts}
+
+        def watch() -> None:
+            while not done.wait(min(self.watch_interval_s,
+                                    max(0.0, deadline - time.monotonic()))):
+                if time.monotonic() >= deadline:
+                    timed_out.set()
+                elif before:
+                    now = executor_hosts(self._sc)
+                    lost.extend(h for h, ids in before.items()
+                                if not ids <= set(now.get(h, ())))
+                    if not lost:
+                        continue
+                if not done.is_set():
+                    self._sc.cancelJobGroup(group)
+                return
+
+        threading.Thread(target=watch, daemon=True, name=f"kudu-{group}").start()
 
     def _mark_suspects(self, hosts: Sequence[str]) -> None:
         """Probe ``hosts`` at once; those that do not run a task in time become suspect."""

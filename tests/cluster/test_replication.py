@@ -119,3 +119,73 @@ def test_killing_a_follower_host_during_a_round_still_commits_on_the_majority(
     standalone_cluster.start_worker(victim)
     wait_until(lambda: victim in executor_hosts(sc), 120,
                f"an executor coming back on {victim}", poll_s=0.5)
+
+
+def test_a_round_that_cannot_launch_is_cancelled_when_a_host_of_it_loses_its_executor(
+    cluster_spark: SparkSession, standalone_cluster: StandaloneCluster, tmp_path: Path
+) -> None:
+    """A barrier stage launches all its tasks at once or none. Here the round's task for the
+    victim cannot launch (other jobs hold the victim's and every spare core), so the stage
+    waits; when the victim's worker dies, the slot it waits for never comes. The round's
+    watcher cancels it as soon as the driver loses the victim's executor -- not after the
+    round timeout (set far out) -- and the write commits on the majority."""
+    sc = cluster_spark.sparkContext
+    servers = _register(cluster_spark, standalone_cluster)
+    replicas = [servers[0], servers[1], servers[2]]  # 127.0.0.2, .3, .4
+    transport = SparkTransport(sc, servers, round_timeout_s=240.0)
+    tablet, lead = _elected(transport, "rf3-lost-while-waiting", replicas)
+    victim = replicas[2].host
+    busy = [victim, *(s.host for s in servers[3:])]  # every core but the two survivors'
+    flag = str(tmp_path / "release")
+
+    def hold(_: object) -> None:  # occupies its executor's only core until the flag exists
+        import os
+        import time
+        end = time.monotonic() + 200
+        while not os.path.exists(flag) and time.monotonic() < end:
+            time.sleep(0.1)
+
+    occupier = threading.Thread(
+        target=lambda: pinned_rdd(sc, [(h, [h]) for h in busy]).foreach(hold), daemon=True)
+    occupier.start()
+
+    def held() -> bool:
+        infos = sc._jsc.sc().statusTracker().getExecutorInfos()
+        running = {i.host() for i in infos if i.numRunningTasks() > 0}
+        return set(busy) <= running
+
+    outcome: list[object] = []
+    try:
+        wait_until(held, 60, f"the occupying tasks running on {busy}", poll_s=0.1)
+
+        def write() -> None:
+            try:
+                outcome.append(lead.propose([b"while-waiting"]))
+            except Exception as e:
+                outcome.append(e)
+
+        rounds_before = transport.rounds
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        # Submitted: the round started and its job is active next to the occupying one.
+        wait_until(lambda: transport.rounds > rounds_before
+                   and len(sc.statusTracker().getActiveJobsIds()) >= 2, 30,
+                   "the round's job being submitted", poll_s=0.05)
+        standalone_cluster.kill_worker(victim)
+        wait_until(lambda: transport.lost_executor_rounds >= 1 or not writer.is_alive(), 120,
+                   f"the waiting round being cancelled after {victim}'s executor was lost",
+                   poll_s=0.2)
+    finally:
+        open(flag, "w").close()  # the survivors' retry round needs no spare core, but free them
+    writer.join(timeout=200)
+    assert not writer.is_alive(), "the write did not finish"
+    assert outcome and not isinstance(outcome[0], Exception), f"write failed: {outcome}"
+    assert transport.lost_executor_rounds >= 1, transport.last_error
+    assert transport.timed_out_rounds == 0, "a round waited for its timeout"
+    for s in replicas[:2]:
+        assert _writes(standalone_cluster.data_root(s.host), tablet.tablet_id) == [
+            b"while-waiting"]
+    occupier.join(timeout=200)
+    standalone_cluster.start_worker(victim)
+    wait_until(lambda: victim in executor_hosts(sc), 120,
+               f"an executor coming back on {victim}", poll_s=0.5)
