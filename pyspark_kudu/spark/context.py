@@ -20,8 +20,9 @@ The client-side entry point of DESIGN §1-3. A context
 Tablet-server liveness: a driver thread heartbeats every server whose host has an executor
 (:mod:`pyspark_kudu.spark.liveness`, ``spark.kudu.heartbeatIntervalSec``, default 1 s).
 
-Known gaps (issue 8): replica files a deleted table left on unreachable hosts are not
-collected later.
+Healing and replica management (the healer's target, sweeps, unsafe recovery) are the
+:class:`~pyspark_kudu.spark.clientheal.ReplicaManagement` part of the context. Replica files
+a deleted table left on hosts unreachable at the time are removed by a later sweep.
 
 Thread-safety: ``KuduContext`` methods may be called from several threads; writes share
 rounds through the service, and leader elections are serialised by a lock.
@@ -36,7 +37,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, as_completed
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,7 +46,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from pyspark_kudu.errors import (
-    IllegalStateError,
     InvalidArgumentError,
     KuduError,
     NotFoundError,
@@ -55,11 +55,12 @@ from pyspark_kudu.errors import (
 )
 from pyspark_kudu.master.client import MasterClient, TableLocations
 from pyspark_kudu.master.embedded import EmbeddedMaster
-from pyspark_kudu.master.entities import MemberType, ReplicaMeta, TServerMeta
+from pyspark_kudu.master.entities import TServerMeta
 from pyspark_kudu.master.locations import DEFAULT_MAPPING_TIMEOUT_S, LocationMappingError
 from pyspark_kudu.master.records import TabletReport
 from pyspark_kudu.partitioning import Partitioner, PartitionSchema
 from pyspark_kudu.schema import Predicate, Schema
+from pyspark_kudu.spark.clientheal import ReplicaManagement, delete_replicas_task
 from pyspark_kudu.spark.dataplane import (
     StagedRef,
     StagingJanitor,
@@ -67,18 +68,12 @@ from pyspark_kudu.spark.dataplane import (
     staging_schema,
 )
 from pyspark_kudu.spark.healing import Healer
-from pyspark_kudu.spark.leader import (
-    FencedError,
-    RoundFailedError,
-    TabletLeader,
-    TabletReplicas,
-    elect_all,
-)
+from pyspark_kudu.spark.leader import TabletLeader, TabletReplicas
 from pyspark_kudu.spark.liveness import LivenessReporter
+from pyspark_kudu.spark.multitablet import elect_all
 from pyspark_kudu.spark.options import OPERATIONS, check_write_columns
-from pyspark_kudu.spark.peer import PeerRequest, RequestKind, scan_replica, tablet_dir
+from pyspark_kudu.spark.peer import PeerRequest, RequestKind, scan_replica
 from pyspark_kudu.spark.pinned import executor_hosts, pinned_rdd
-from pyspark_kudu.spark.replicas import delete_replica
 from pyspark_kudu.spark.rounds import (
     DEFAULT_ROUND_TIMEOUT_S,
     SparkTransport,
@@ -87,7 +82,7 @@ from pyspark_kudu.spark.rounds import (
 )
 from pyspark_kudu.spark.service import ReplicationService, WriteOutcome
 from pyspark_kudu.spark.session import register
-from pyspark_kudu.spark.sharedrounds import SharedRounds
+from pyspark_kudu.spark.transport import FencedError, RoundFailedError
 from pyspark_kudu.spark.tserver import ensure_instance, local_data_root, run_pinned
 from pyspark_kudu.tablet import OpType
 from pyspark_kudu.wal import WalOptions
@@ -138,7 +133,7 @@ class _ScanTask:
     known_commit: int | None
 
 
-class KuduContext:
+class KuduContext(ReplicaManagement):
     """Tables of this cluster, for one SparkSession. Close it (or use ``with``).
 
     Unless ``spark.kudu.heal.enabled=false``, the context also heals the cluster in the
@@ -335,7 +330,7 @@ class KuduContext:
         left = set(by_ts) - {ts for (ts, _, _), _ in tasks}
         if tasks:
             try:
-                out = pinned_rdd(self.spark.sparkContext, tasks).map(_delete_replicas).collect()
+                out = pinned_rdd(self.spark.sparkContext, tasks).map(delete_replicas_task).collect()
                 left |= {ts for ts, ok in out if not ok}
             except Exception as e:  # the catalog deletion stands; files stay behind
                 _log.warning("table %s: removing replica files failed: %s", name,
@@ -588,236 +583,6 @@ class KuduContext:
             return {tid: self._leaders[tid] for tid in tablet_ids}
 
     # -- healing (the healer's HealerTarget; see pyspark_kudu.spark.healing) -------------------
-    def replication_plan(self, max_actions: int = 0) -> list[dict[str, Any]]:
-        """The leader master's re-replication actions (see ``redrive.replication_plan``),
-        after reporting the failed replicas this client has seen."""
-        with self._lock:
-            leaders = list(self._leaders.values())
-        self._report_failed(leaders)
-        return list(self.master.call("replication_plan",
-                                     {"max_actions": max_actions})["actions"])
-
-    def execute_replication_action(self, action: dict[str, Any]) -> None:
-        """Carry out one planned action on the tablet's leader (electing this client for
-        it if needed) and report the new configuration to the master."""
-        (err,) = (e for e, _ in self.execute_replication_actions([action]))
-        if err is not None:
-            raise err
-
-    def execute_replication_actions(self, actions: Sequence[dict[str, Any]]
-                                    ) -> list[tuple[KuduError | None, float]]:
-        """Carry out planned actions of *different* tablets concurrently (the bounded number
-        of concurrent moves is the caller's batch size): one thread per tablet drives its
-        leader, all inside one call on the replication service's round thread, so no write
-        round interleaves. Returns, per action, its error (None: done) and its duration in
-        seconds, ``-1.0`` for an action skipped because the plan was stale or its tablet
-        already has an action in this batch (the next plan decides again)."""
-        out: list[tuple[KuduError | None, float]] = [(None, -1.0)] * len(actions)
-        ready: list[tuple[int, str, str, str, TabletLeader, str]] = []
-        servers = {s.uuid for s in self.servers}
-        for i, action in enumerate(actions):
-            kind = str(action["action"])
-            tid, ts = str(action["tablet_id"]), str(action["ts_uuid"])
-            to = str(action.get("to_uuid", ""))
-            # An add/promote that replaces a doomed voter evicts it once the new one is a
-            # voter, as Kudu's leader does (3-4-3 in one action).
-            replacing = str(action.get("replacing", "")) if kind in (
-                "add_replica", "promote_replica") else ""
-            try:
-                # Only a server this application runs tasks on can receive a copy; evicting
-                # one needs nothing from it (it may be long dead).
-                target = ts if kind in ("add_replica", "promote_replica") else to
-                if kind != "remove_replica" and target not in servers:
-                    raise ServiceUnavailableError(
-                        f"tablet server {target} is not one of this application's ({kind} "
-                        f"of {tid})")
-                if kind not in ("add_replica", "promote_replica", "remove_replica",
-                                "move_replica"):
-                    raise InvalidArgumentError(f"unknown replication action {kind!r}")
-                if any(r[2] == tid for r in ready):
-                    continue  # one change at a time per tablet: the next pass
-                locs = self.master.get_table(str(action["table_name"]))
-                tablet = next((t for t in locs.tablets if t.tablet_id == tid), None)
-                if tablet is None or tablet.config_index != int(
-                        action.get("cas_config_index", 0)):
-                    continue  # the plan is stale: the tablet changed since; next pass
-                exclude = frozenset({ts}) if kind in ("remove_replica", "move_replica") \
-                    else frozenset({replacing} - {""})
-                lead = self._leaders_for(locs, [tid], exclude=exclude)[tid]
-            except KuduError as e:
-                out[i] = (e, 0.0)
-                continue
-            ready.append((i, kind, tid, ts if kind != "move_replica" else f"{ts}>{to}", lead,
-                          replacing))
-
-        def one(kind: str, member: str, lead: TabletLeader, replacing: str
-                ) -> tuple[KuduError | None, float]:
-            t0 = time.monotonic()
-            try:
-                if kind in ("add_replica", "promote_replica"):
-                    lead.add_replica(member)
-                    if replacing:
-                        lead.remove_replica(replacing)
-                elif kind == "remove_replica":
-                    lead.remove_replica(member)
-                else:  # the rebalancer's move: add, then remove
-                    src, dst = member.split(">")
-                    lead.add_replica(dst)
-                    lead.remove_replica(src)
-            except KuduError as e:
-                lead.abandon(f"{kind} of {member} failed")
-                return e, time.monotonic() - t0
-            return None, time.monotonic() - t0
-
-        def run_all() -> list[tuple[KuduError | None, float]]:
-            if len(ready) == 1:
-                _, kind, _, member, lead, replacing = ready[0]
-                return [one(kind, member, lead, replacing)]
-            # One thread per tablet, their rounds merged: one stage per step for all.
-            shared = SharedRounds(self.transport, len(ready))
-
-            def party_member(kind: str, member: str, lead: TabletLeader, replacing: str
-                             ) -> tuple[KuduError | None, float]:
-                try:
-                    with lead.rounds_via(shared):
-                        return one(kind, member, lead, replacing)
-                finally:
-                    shared.leave()
-
-            with ThreadPoolExecutor(len(ready), thread_name_prefix="kudu-heal") as pool:
-                futs = [pool.submit(party_member, kind, member, lead, replacing)
-                        for _, kind, _, member, lead, replacing in ready]
-                return [f.result() for f in futs]
-
-        if ready:
-            for (i, _, _, _, lead, _), res in zip(ready, self._service.call(run_all).result(),
-                                                  strict=True):
-                out[i] = res
-                if res[0] is None:
-                    self._report_config(lead)
-        return out
-
-    def recover_tablet(self, table: str, tablet_id: str, survivor: str | None = None
-                       ) -> dict[str, Any]:
-        """Manual recovery of a tablet that lost a majority of its voters (UNSAFE).
-
-        The config-change seed's "unsafe config change": reads the state of every reachable
-        replica, picks the most up-to-date one (highest last log term, then index; or
-        ``survivor``), forces a configuration of that replica alone on it -- its whole log
-        counts as committed, including entries the lost majority may never have agreed on
-        -- elects it and reports the new configuration. The healer then adds replicas back
-        (tablet copies). Whatever existed only on the lost replicas is gone. Refused while
-        a majority is reachable (use the healer or REPLACE marks then).
-        """
-        locs = self.master.get_table(table)
-        tablet = next((t for t in locs.tablets if t.tablet_id == tablet_id), None)
-        if tablet is None:
-            raise NotFoundError(f"table {table} has no tablet {tablet_id}")
-        unreachable = self.transport.unreachable()
-        reqs = {v: [PeerRequest(RequestKind.READ_STATE, tablet_id, v)]
-                for v in tablet.voters if v not in unreachable}
-        out = self.transport.run(reqs) if reqs else {}
-        states = {ts: r[0].state for ts, r in out.items()
-                  if r and r[0].ok and r[0].state is not None}
-        if len(states) > len(tablet.voters) // 2:
-            raise IllegalStateError(
-                f"tablet {tablet_id} of {table} has {len(states)} of {len(tablet.voters)} "
-                f"voters reachable, a majority: it does not need an unsafe recovery")
-        if survivor is not None and survivor not in states:
-            raise ServiceUnavailableError(
-                f"replica {survivor} of tablet {tablet_id} is not readable "
-                f"(readable: {sorted(states)})")
-        if not states:
-            raise ServiceUnavailableError(
-                f"tablet {tablet_id} of {table}: no replica is readable; nothing to recover "
-                f"from")
-        best = survivor or max(states, key=lambda ts: (states[ts].last_term,
-                                                       states[ts].last_index, ts))
-        st = states[best]
-        _log.warning(
-            "UNSAFE recovery of tablet %s of %s: forcing a configuration of replica %s alone "
-            "(last entry %d.%d, commit %d). Entries after %d are now committed without "
-            "majority agreement; anything only the lost replicas %s had is lost.",
-            tablet_id, table, best, st.last_term, st.last_index, st.hard_state.commit,
-            st.hard_state.commit, sorted(set(tablet.voters) - set(states)))
-        with self._lock:
-            old = self._leaders.pop(tablet_id, None)
-            if old is not None:
-                old.abandon("unsafe recovery of the tablet")
-        res = self.transport.run({best: [PeerRequest(RequestKind.UNSAFE_CONFIG, tablet_id,
-                                                     best, voters=(best,))]}).get(best)
-        if not res or not res[0].ok:
-            raise ServiceUnavailableError(
-                f"tablet {tablet_id}: forcing the configuration on {best} failed "
-                f"({res[0].error if res else 'its task failed'})")
-        lead = TabletLeader(TabletReplicas(tablet_id, (best,)), best, self.transport)
-        lead.elect()
-        assert lead.node is not None
-        lead.config_index = lead.node.log.last_index()
-        with self._lock:
-            self._leaders[tablet_id] = lead
-        self._report_config(lead)
-        return {"tablet_id": tablet_id, "table": table, "survivor": best,
-                "last_index": st.last_index, "last_term": st.last_term,
-                "previously_committed": st.hard_state.commit,
-                "lost": sorted(set(tablet.voters) - set(states)),
-                "discarded": sorted(set(states) - {best}), "term": lead.node.term}
-
-    def rebalance_plan(self, max_moves: int = 0) -> list[dict[str, Any]]:
-        """The leader master's rebalancing moves (``move_replica`` actions; none while
-        anything needs re-replication), for :meth:`execute_replication_action`."""
-        return list(self.master.call("rebalance_plan", {"max_moves": max_moves})["actions"])
-
-    def _report_config(self, lead: TabletLeader) -> None:
-        node = lead.node
-        if node is None:
-            return
-        cs = node.conf_state
-        members = tuple(ReplicaMeta(v, MemberType.VOTER) for v in sorted(cs.voters)) + tuple(
-            ReplicaMeta(v, MemberType.NON_VOTER) for v in sorted(cs.learners))
-        rep = TabletReport(lead.tablet.tablet_id, node.term, leader=lead.leader_id,
-                           committed_index=node.commit_index, config_index=lead.config_index,
-                           replicas=members)
-        loc = {s.uuid: s for s in self.servers}[lead.leader_id]
-        self.master.heartbeat_to(self.master.leader_address(),
-                                 TServerMeta(loc.uuid, loc.host, data_root=loc.root or ""),
-                                 [rep.to_dict()])
-
-    def sweep_replicas(self) -> int:
-        """Delete replicas the catalog says are evicted or of deleted tables, on every tablet
-        server with an executor (the master decides, from a report of what each holds).
-        Returns how many were deleted."""
-        gone = self.transport.unreachable()
-        servers = [s for s in self.servers if s.uuid not in gone]
-        if not servers:
-            return 0
-        try:
-            held = pinned_rdd(self.spark.sparkContext, [
-                ((s.uuid, s.root), [s.host]) for s in servers]).map(_list_replicas).collect()
-        except Exception as e:  # a host lost meanwhile: the next sweep
-            _log.warning("listing replicas failed: %s", root_cause(str(e)))
-            return 0
-        address = self.master.leader_address()
-        by_uuid = {s.uuid: s for s in servers}
-        doomed: list[tuple[tuple[str, str | None, tuple[str, ...]], list[str]]] = []
-        for ts, tids in held:
-            if not tids:
-                continue
-            s = by_uuid[ts]
-            out = self.master.heartbeat_to(
-                address, TServerMeta(s.uuid, s.host, data_root=s.root or ""),
-                [TabletReport(t, 0).to_dict() for t in tids])
-            dead = tuple(a["tablet_id"] for a in out.get("actions", ())
-                         if a.get("action") == "delete_tablet")
-            if dead:
-                doomed.append(((ts, s.root, dead), [s.host]))
-        if not doomed:
-            return 0
-        pinned_rdd(self.spark.sparkContext, doomed).map(_delete_replicas).collect()
-        n = sum(len(t[0][2]) for t in doomed)
-        _log.info("deleted %d evicted or orphaned replicas", n)
-        return n
-
     # -- reads -------------------------------------------------------------------------------
     def read_table(self, name: str, columns: Sequence[str] | None = None,
                    predicates: Sequence[Predicate] = (), snapshot: int | None = None,
@@ -861,30 +626,6 @@ class KuduContext:
         rdd = pinned_rdd(self.spark.sparkContext, tasks).mapPartitions(_scan_partition)
         raw = self.spark.createDataFrame(rdd, struct)
         return raw.mapInArrow(_decoder(out_schema), out_schema_to_spark(out_schema, schema))
-
-
-def _delete_replicas(task: tuple[str, str | None, tuple[str, ...]]) -> tuple[str, bool]:
-    ts_uuid, root_hint, tablet_ids = task
-    root = local_data_root(root_hint)
-    res = run_pinned(root, ts_uuid, lambda r: [
-        delete_replica(r, tablet_dir(r, t), t) for t in tablet_ids])
-    return ts_uuid, res.ok
-
-
-def _list_replicas(task: tuple[str, str | None]) -> tuple[str, list[str]]:
-    """The tablets with a replica on this tablet server (pinned; instance-checked)."""
-    ts, root_hint = task
-    root = local_data_root(root_hint)
-
-    def listing(r: str) -> list[str]:
-        base = os.path.join(r, "tablets")
-        if not os.path.isdir(base):
-            return []
-        return sorted(t for t in os.listdir(base)
-                      if not t.startswith(".") and tablet_dir(r, t).exists("meta"))
-
-    res = run_pinned(root, ts, listing)
-    return ts, list(res.value) if res.ok and res.value is not None else []
 
 
 def out_schema_to_spark(arrow: pa.Schema, schema: Schema) -> StructType:

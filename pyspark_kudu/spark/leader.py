@@ -3,8 +3,11 @@
 DESIGN §3. The driver runs the leader's Raft state machine *on behalf of* one replica L
 (its node id is L's tablet-server UUID); L's durable state lives on L's host. Every exchange
 with replicas is a *round*: one request list per tablet server, executed by a
-:class:`PeerTransport` (a barrier stage of pinned tasks on a cluster, direct calls in tests),
-one response list back. Responses are stepped into the ``RaftNode``.
+:class:`~pyspark_kudu.spark.transport.PeerTransport` (a barrier stage of pinned tasks on a
+cluster, direct calls in tests), one response list back. Responses are stepped into the
+``RaftNode``. A round is taken in two halves (``start_round`` / ``finish_round``) so that many
+tablets' leaders share one (:mod:`pyspark_kudu.spark.multitablet`); this module's
+``elect`` / ``propose`` / ``flush`` are those shared rounds with one leader.
 
 Rules:
 
@@ -53,7 +56,6 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Protocol
 
 from pyspark_kudu.consensus.messages import (
     ConfChange,
@@ -68,13 +70,18 @@ from pyspark_kudu.consensus.messages import (
 from pyspark_kudu.consensus.raft import Config, RaftNode, Ready, Role
 from pyspark_kudu.consensus.storage import MemoryStorage
 from pyspark_kudu.errors import (
-    AbortedError,
     IllegalStateError,
-    KuduError,
     ProposalDroppedError,
-    ServiceUnavailableError,
 )
+from pyspark_kudu.spark.multitablet import collect_results, elect_all, replicate, run_round
 from pyspark_kudu.spark.peer import PeerRequest, PeerResponse, ReplicaState, RequestKind
+from pyspark_kudu.spark.transport import (
+    MAX_ROUND_ATTEMPTS,
+    MAX_ROUNDS,
+    FencedError,
+    PeerTransport,
+    RoundFailedError,
+)
 from pyspark_kudu.tablet import WriteResult
 
 __all__ = [
@@ -89,34 +96,10 @@ __all__ = [
     "run_round",
 ]
 
-_MAX_ROUND_ATTEMPTS = 3
-_MAX_ROUNDS = 8
 _MAX_CATCH_UP_STEPS = 16
 _TRIM_BATCH = 64  # compact the driver's log mirror in steps of at least this many entries
 _COPY_PARTS_PER_ROUND = 4  # tablet copy parts (<= 64 MiB each) one install round delivers
 _CATCH_UP_ROUNDS = 24  # rounds a new replica gets to match the commit index before promotion
-
-
-class FencedError(AbortedError):
-    """A newer leader (another client) took over this tablet; this client's leadership ended."""
-
-
-class RoundFailedError(ServiceUnavailableError):
-    """A round could not reach the replicas it needed (e.g. no majority of tablet servers)."""
-
-
-class PeerTransport(Protocol):
-    """Runs one round: requests per tablet server in, responses per tablet server out.
-
-    A tablet server whose task failed maps to ``None``. ``unreachable()`` names the tablet
-    servers the transport knows cannot run a task now (their host has no executor).
-    """
-
-    def run(self, requests: Mapping[str, Sequence[PeerRequest]]) -> dict[
-        str, list[PeerResponse] | None
-    ]: ...
-
-    def unreachable(self) -> set[str]: ...
 
 
 @dataclass(frozen=True)
@@ -187,7 +170,7 @@ class TabletLeader:
         return result
 
     # -- election phases (see elect_all) -----------------------------------------------------
-    def _begin_election(self, state: ReplicaState) -> tuple[Ready, PeerRequest]:
+    def begin_election(self, state: ReplicaState) -> tuple[Ready, PeerRequest]:
         """Become candidate over L's durable state; returns the Ready and L's self-vote."""
         self._view = _leader_view(state)
         self.node = node = RaftNode(Config(
@@ -201,7 +184,7 @@ class TabletLeader:
         return rd, PeerRequest(RequestKind.STEP, self.tablet.tablet_id, self.leader_id,
                                messages=(self_vote,))
 
-    def _self_voted(self, rd: Ready, resp: PeerResponse | None) -> list[Message]:
+    def self_voted(self, rd: Ready, resp: PeerResponse | None) -> list[Message]:
         """L's own vote came back: acknowledge the candidacy; the votes to ask for."""
         node = self.node
         assert node is not None
@@ -228,7 +211,7 @@ class TabletLeader:
         node.advance(rd)
         return [m for m in rd.messages if m.type == MessageType.VOTE]
 
-    def _won(self) -> int:
+    def won(self) -> int:
         node = self.node
         if node is None or node.role != Role.LEADER:
             term = node.term if node is not None else 0
@@ -252,7 +235,7 @@ class TabletLeader:
 
     def flush(self) -> None:
         """Run rounds until the ``RaftNode`` has nothing more to persist or send."""
-        for _ in range(_MAX_ROUNDS):
+        for _ in range(MAX_ROUNDS):
             errors = run_round(self._transport, [self])
             if self in errors:
                 raise errors[self]
@@ -275,7 +258,7 @@ class TabletLeader:
             raise out
         return out
 
-    def _pop_results(self, indexes: Sequence[int]) -> dict[int, WriteResult] | None:
+    def pop_results(self, indexes: Sequence[int]) -> dict[int, WriteResult] | None:
         if not set(indexes) <= self._results.keys():
             return None
         return {i: self._results.pop(i) for i in sorted(set(indexes))}
@@ -377,7 +360,7 @@ class TabletLeader:
 
     def _run_many(self, ts: str, reqs: Sequence[PeerRequest]) -> list[PeerResponse]:
         """Several requests on one tablet server in one task, in order; all must succeed."""
-        for _ in range(_MAX_ROUND_ATTEMPTS):
+        for _ in range(MAX_ROUND_ATTEMPTS):
             out = self._transport.run({ts: list(reqs)}).get(ts)
             if out is not None:
                 bad = [r for r in out if not r.ok]
@@ -387,12 +370,12 @@ class TabletLeader:
                 return out
         raise RoundFailedError(
             f"tablet {self.tablet.tablet_id}: tablet server {ts} did not answer "
-            f"after {_MAX_ROUND_ATTEMPTS} attempts")
+            f"after {MAX_ROUND_ATTEMPTS} attempts")
 
     def _run_one(self, ts: str, req: PeerRequest, allow_error: str = "") -> PeerResponse:
         """One request on one tablet server (retried if its task fails). A refused request
         raises, unless its error starts with ``allow_error``: then it is returned."""
-        for _ in range(_MAX_ROUND_ATTEMPTS):
+        for _ in range(MAX_ROUND_ATTEMPTS):
             out = self._transport.run({ts: [req]}).get(ts)
             if out is not None:
                 if out[0].replica_failed:
@@ -406,7 +389,7 @@ class TabletLeader:
                 return out[0]
         raise RoundFailedError(
             f"tablet {req.tablet_id}: tablet server {ts} did not answer {req.kind.value} "
-            f"after {_MAX_ROUND_ATTEMPTS} attempts")
+            f"after {MAX_ROUND_ATTEMPTS} attempts")
 
     def _catch_up(self, follower: str) -> None:
         """Bring a lagging follower up to the driver's log mirror: entries copied from the
@@ -579,11 +562,11 @@ class TabletLeader:
 
     def _wait_applied(self, index: int, cc: ConfChange) -> None:
         node = self._leader()
-        for attempt in range(_MAX_ROUNDS + 1):
+        for attempt in range(MAX_ROUNDS + 1):
             if node.log.applied >= index:
                 self.config_index = index
                 return
-            if attempt == _MAX_ROUNDS:
+            if attempt == MAX_ROUNDS:
                 break
             if attempt:
                 node.broadcast_heartbeat()  # nothing in flight: make followers answer
@@ -709,201 +692,6 @@ class _Round:
     requests: dict[str, list[PeerRequest]]
     snaps: list[str]
     attached: dict[str, tuple[int, int]]  # tablet server -> (position, count) of attached
-
-
-def _run_with_retries(transport: PeerTransport, reqs: Mapping[str, Sequence[PeerRequest]]
-                      ) -> dict[str, list[PeerResponse] | None]:
-    """Run a round; when the stage fails as a whole, retry without unreachable servers."""
-    out: dict[str, list[PeerResponse] | None] = {}
-    for _ in range(_MAX_ROUND_ATTEMPTS):
-        skip = transport.unreachable()
-        live = {ts: rs for ts, rs in reqs.items() if ts not in skip}
-        if not live:
-            return {}
-        out = transport.run(live)
-        if any(v is not None for v in out.values()):
-            return out
-    return out
-
-
-def elect_all(transport: PeerTransport, leaders: Sequence[TabletLeader]
-              ) -> dict[TabletLeader, int | KuduError]:
-    """Elect many tablets' leaders together: four shared rounds, not four per tablet.
-
-    1. READ_STATE on every candidate replica; 2. each candidate's own vote, made durable
-    before anyone else is asked (module rules); 3. RequestVote to the other voters;
-    4. the winners' no-op entries. Returns each leader's term, or why it failed.
-    """
-    out: dict[TabletLeader, int | KuduError] = {}
-
-    def merged(reqs: Mapping[TabletLeader, PeerRequest]
-               ) -> dict[TabletLeader, PeerResponse | None]:
-        by_ts: dict[str, list[PeerRequest]] = {}
-        owners: dict[str, list[TabletLeader]] = {}
-        for lead, req in reqs.items():
-            by_ts.setdefault(req.replica_id, []).append(req)
-            owners.setdefault(req.replica_id, []).append(lead)
-        res = _run_with_retries(transport, by_ts) if by_ts else {}
-        got: dict[TabletLeader, PeerResponse | None] = dict.fromkeys(reqs)
-        for ts, resps in res.items():
-            if resps is not None:
-                for lead, resp in zip(owners[ts], resps, strict=True):
-                    got[lead] = resp
-                    if resp.replica_failed:
-                        lead.failed_replicas[resp.replica_id] = resp.error
-        return got
-
-    states = merged({lead: PeerRequest(RequestKind.READ_STATE, lead.tablet.tablet_id,
-                                       lead.leader_id) for lead in leaders})
-    readies: dict[TabletLeader, tuple[Ready, PeerRequest]] = {}
-    for lead, resp in states.items():
-        if resp is None or not resp.ok or resp.state is None:
-            out[lead] = RoundFailedError(
-                f"tablet {lead.tablet.tablet_id}: could not read replica {lead.leader_id}'s "
-                f"state ({resp.error if resp is not None else 'tablet server did not answer'})")
-            continue
-        readies[lead] = lead._begin_election(resp.state)
-    own = merged({lead: req for lead, (_, req) in readies.items()})
-    votes: dict[str, list[PeerRequest]] = {}
-    asking: list[TabletLeader] = []
-    for lead, (rd, _) in readies.items():
-        try:
-            msgs = lead._self_voted(rd, own[lead])
-        except KuduError as e:
-            out[lead] = e
-            continue
-        asking.append(lead)
-        for m in msgs:
-            votes.setdefault(m.to, []).append(PeerRequest(
-                RequestKind.STEP, lead.tablet.tablet_id, m.to, messages=(m,)))
-    answers = _run_with_retries(transport, votes) if votes else {}
-    by_tablet = {lead.tablet.tablet_id: lead for lead in asking}
-    for resps in answers.values():
-        for resp in resps or ():
-            if resp.replica_failed:
-                by_tablet[resp.tablet_id].failed_replicas[resp.replica_id] = resp.error
-            node = by_tablet[resp.tablet_id].node
-            if node is not None:
-                for m in resp.messages:
-                    node.step(m)
-    winners: list[TabletLeader] = []
-    for lead in asking:
-        try:
-            out[lead] = lead._won()
-            winners.append(lead)
-        except KuduError as e:
-            out[lead] = e
-    for _ in range(_MAX_ROUNDS):  # the no-op of each new term, and its commit
-        busy = [lead for lead in winners if lead.node is not None and lead.node.has_ready()]
-        if not busy:
-            break
-        for lead, err in run_round(transport, busy).items():
-            out[lead] = err
-            winners.remove(lead)
-    return out
-
-
-def run_round(transport: PeerTransport, leaders: Sequence[TabletLeader]
-              ) -> dict[TabletLeader, KuduError]:
-    """One round for many tablets: ONE stage carries every tablet's requests.
-
-    Returns the leaders whose round failed, with the error (the others advanced).
-    """
-    rounds = {lead: r for lead in leaders if (r := lead.start_round()) is not None}
-    merged: dict[str, list[PeerRequest]] = {}
-    owners: dict[str, list[TabletLeader]] = {}
-    for lead, rnd in rounds.items():
-        for ts, reqs in rnd.requests.items():
-            merged.setdefault(ts, []).extend(reqs)
-            owners.setdefault(ts, []).extend([lead] * len(reqs))
-    out = _run_with_retries(transport, merged) if merged else {}
-    per_leader: dict[TabletLeader, dict[str, list[PeerResponse] | None]] = {
-        lead: {} for lead in rounds}
-    for ts, resps in out.items():
-        if resps is None:
-            for lead in set(owners[ts]):
-                per_leader[lead][ts] = None
-            continue
-        for owner, resp in zip(owners[ts], resps, strict=True):
-            per_leader[owner].setdefault(ts, []).append(resp)  # type: ignore[union-attr]
-    errors: dict[TabletLeader, KuduError] = {}
-    for lead, rnd in rounds.items():
-        try:
-            lead.finish_round(rnd, per_leader[lead])
-        except KuduError as e:
-            errors[lead] = e
-    return errors
-
-
-def replicate(transport: PeerTransport, proposals: Mapping[TabletLeader, Sequence[bytes]]
-              ) -> dict[TabletLeader, list[tuple[int, int]] | KuduError]:
-    """Replicate each leader's batches; all tablets share rounds. Per leader: the batches'
-    (index, term) once committed on a majority, or the error that stopped it."""
-    results: dict[TabletLeader, list[tuple[int, int]] | KuduError] = {}
-    want: dict[TabletLeader, int] = {}
-    positions: dict[TabletLeader, list[tuple[int, int]]] = {}
-    for lead, batches in proposals.items():
-        try:
-            positions[lead] = lead.stage_proposals(batches)
-        except KuduError as e:
-            results[lead] = e
-            continue
-        want[lead] = positions[lead][-1][0] if positions[lead] else 0
-    pending = [lead for lead in want if not lead.committed(want[lead])]
-    for _ in range(_MAX_ROUNDS):
-        if not pending:
-            break
-        for lead in pending:
-            node = lead.node
-            if node is not None and not node.has_ready():
-                # Nothing in flight but not committed: a heartbeat makes followers answer.
-                node.broadcast_heartbeat()
-        errors = run_round(transport, pending)
-        results.update(errors)
-        pending = [lead for lead in pending
-                   if lead not in errors and not lead.committed(want[lead])]
-    for lead in want:
-        if lead in results:
-            continue
-        if lead.committed(want[lead]):
-            results[lead] = positions[lead]
-        else:
-            results[lead] = RoundFailedError(
-                f"tablet {lead.tablet.tablet_id}: entries up to {want[lead]} did not reach a "
-                f"majority of voters {lead.tablet.voters} "
-                f"(commit index {lead.node.commit_index if lead.node else 'unknown'})")
-    return results
-
-
-def collect_results(transport: PeerTransport, wanted: Mapping[TabletLeader, Sequence[int]]
-                    ) -> dict[TabletLeader, dict[int, WriteResult] | KuduError]:
-    """Per-row results of committed entries, for many tablets at once.
-
-    Replicas apply an entry when they learn it is committed, i.e. in the round *after* it
-    committed; so this runs commit-only rounds (one stage for all tablets) until every
-    result arrived. The leader replica applies on the first such round.
-    """
-    out: dict[TabletLeader, dict[int, WriteResult] | KuduError] = {}
-    pending = dict(wanted)
-    for _ in range(_MAX_ROUNDS):
-        for lead in list(pending):
-            got = lead._pop_results(pending[lead])
-            if got is not None:
-                out[lead] = got
-                del pending[lead]
-        if not pending:
-            return out
-        for lead in pending:
-            if lead.node is not None:
-                lead.node.broadcast_heartbeat()
-        for lead, err in run_round(transport, list(pending)).items():
-            out[lead] = err
-            del pending[lead]
-    for lead, idx in pending.items():
-        out[lead] = RoundFailedError(
-            f"tablet {lead.tablet.tablet_id}: no replica reported applying entries "
-            f"{sorted(idx)[:5]}")
-    return out
 
 
 def _leader_view(state: ReplicaState) -> MemoryStorage:

@@ -1,6 +1,6 @@
 """Replication rounds as Spark barrier stages of pinned tasks (DESIGN §3, §4).
 
-:class:`SparkTransport` is the :class:`~pyspark_kudu.spark.leader.PeerTransport` of a real
+:class:`SparkTransport` is the :class:`~pyspark_kudu.spark.transport.PeerTransport` of a real
 cluster: one round = one barrier stage with **one task per executor host**, pinned to that
 host, serving the requests of every tablet server on it (one per host on a cluster; all the
 virtual tablet servers of ``local[*]`` mode on its single host). Responses come back as task
@@ -321,19 +321,20 @@ class SparkTransport:
             h: set(ids) for h, ids in executor_hosts(self._sc).items() if h in hosts}
 
         def watch() -> None:
-            while not done.wait(min(self.watch_interval_s,
-                                    max(0.0, deadline - time.monotonic()))):
+            while True:
+                left = deadline - time.monotonic()
+                # Without executors to watch (local mode) only the deadline matters.
+                if done.wait(min(self.watch_interval_s, left) if before else left):
+                    return  # the round ended
                 if time.monotonic() >= deadline:
                     timed_out.set()
-                elif before:
-                    now = executor_hosts(self._sc)
-                    lost.extend(h for h, ids in before.items()
-                                if not ids <= set(now.get(h, ())))
-                    if not lost:
-                        continue
-                if not done.is_set():
-                    self._sc.cancelJobGroup(group)
-                return
+                    break
+                now = executor_hosts(self._sc)
+                lost.extend(h for h, ids in before.items() if not ids <= set(now.get(h, ())))
+                if lost:
+                    break
+            if not done.is_set():
+                self._sc.cancelJobGroup(group)
 
         threading.Thread(target=watch, daemon=True, name=f"kudu-{group}").start()
 

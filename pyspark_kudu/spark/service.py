@@ -5,7 +5,7 @@ many writer threads must not run one stage per write. :class:`ReplicationService
 client's :class:`~pyspark_kudu.spark.leader.TabletLeader`s and one round thread: writers
 :meth:`~ReplicationService.submit` batches and wait on a future; the round thread takes
 *everything* queued, appends it to the tablets' leaders and replicates all of it with
-:func:`~pyspark_kudu.spark.leader.replicate` (one stage per round for all tablets). Writes
+:func:`~pyspark_kudu.spark.multitablet.replicate` (one stage per round for all tablets). Writes
 that arrive while a round runs ride the next one: the same shape as the WAL's group commit,
 one level up.
 
@@ -29,13 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark_kudu.errors import IllegalStateError, KuduError
-from pyspark_kudu.spark.leader import (
-    PeerTransport,
-    TabletLeader,
-    collect_results,
-    replicate,
-    run_round,
-)
+from pyspark_kudu.spark.leader import TabletLeader
+from pyspark_kudu.spark.multitablet import collect_results, replicate, run_round
+from pyspark_kudu.spark.transport import PeerTransport
 from pyspark_kudu.tablet import WriteResult
 
 __all__ = ["ReplicationService", "WriteOutcome"]

@@ -6,11 +6,11 @@ the next. Healing several tablets at once with one thread each would make every 
 round its own Spark job (~0.3 s of scheduling each, DESIGN §4), and on a small cluster the
 jobs compete rather than overlap.
 
-:class:`SharedRounds` is a :class:`~pyspark_kudu.spark.leader.PeerTransport` for a fixed
+:class:`SharedRounds` is a :class:`~pyspark_kudu.spark.transport.PeerTransport` for a fixed
 party of such threads. A thread's ``run`` waits until every party member still working has
 asked for its next round (or left, :meth:`SharedRounds.leave`); the last one to arrive runs
 all their requests as ONE round of the underlying transport (requests for the same tablet
-server are concatenated in one task, as :func:`~pyspark_kudu.spark.leader.run_round` does
+server are concatenated in one task, as :func:`~pyspark_kudu.spark.multitablet.run_round` does
 for write rounds) and hands each thread its own responses. Tablets therefore advance in
 lock-step: healing N tablets costs about as many stages as healing one.
 
@@ -26,8 +26,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from pyspark_kudu.spark.leader import PeerTransport
 from pyspark_kudu.spark.peer import PeerRequest, PeerResponse
+from pyspark_kudu.spark.transport import PeerTransport
 
 __all__ = ["SharedRounds"]
 

@@ -6,6 +6,8 @@ import fcntl
 import glob
 import os
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 import google_crc32c
@@ -21,6 +23,7 @@ from pyspark_kudu.spark.peer import PeerRequest, RequestKind, replica_storage, t
 from pyspark_kudu.spark.pinned import executor_hosts
 from pyspark_kudu.spark.rounds import SparkTransport, TabletServerLocation
 from pyspark_kudu.spark.tserver import ensure_instance
+from tests.waiting import wait_until
 
 
 def test_tablet_writes_commit_through_barrier_stages_on_virtual_tablet_servers(
@@ -144,6 +147,47 @@ def test_a_round_whose_job_does_not_finish_is_cancelled_and_counts_as_failed(
     with replica_storage(blocked, "tab-t") as st:
         ents = st.entries(st.first_index(), st.last_index() + 1)
     assert b"after" in [e.data for e in ents]
+
+
+def test_a_round_blocked_for_many_watch_intervals_is_not_cancelled_before_its_timeout(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The round's watcher only cancels on the timeout or a lost executor: a round held up
+    for many of its polling intervals (a replica lock held by this process) still ends
+    normally once unblocked."""
+    sc = spark.sparkContext
+    host = next(iter(executor_hosts(sc)))
+    servers = []
+    for n in range(3):
+        info = ensure_instance(str(tmp_path / f"ts{n}"))
+        servers.append(TabletServerLocation(info.uuid, host, info.data_root))
+    transport = SparkTransport(sc, servers, round_timeout_s=120.0)
+    transport.watch_interval_s = 0.05
+    tablet = TabletReplicas("tab-slow", tuple(s.uuid for s in servers))
+    TabletLeader(tablet, servers[0].uuid, transport).create()
+    blocked = servers[1].root
+    assert blocked is not None
+    fd = os.open(tablet_dir(blocked, "tab-slow").local_path("lock"), os.O_RDWR)
+    out: dict[str, object] = {}
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        runner = threading.Thread(target=lambda: out.update(transport.run({
+            s.uuid: [PeerRequest(RequestKind.READ_STATE, "tab-slow", s.uuid)]
+            for s in servers})), daemon=True)
+        runner.start()
+        wait_until(lambda: bool(sc.statusTracker().getActiveJobsIds()), 30,
+                   "the round's job starting")
+        since = time.monotonic()
+        wait_until(lambda: time.monotonic() - since > 40 * transport.watch_interval_s
+                   or not runner.is_alive(), 30, "40 watch intervals passing")
+        assert runner.is_alive(), f"the blocked round ended early: {transport.last_error}"
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+    runner.join(60)
+    assert not runner.is_alive(), "the round did not finish once unblocked"
+    assert transport.failed_rounds == 0, transport.last_error
+    assert all(v is not None for v in out.values()) and len(out) == 3, out
 
 
 def test_a_round_timeout_must_be_positive(spark: SparkSession) -> None:
