@@ -131,6 +131,7 @@ class _ScanTask:
     predicates: tuple[Predicate, ...]
     snapshot: int | None
     known_commit: int | None
+    require: bool = False  # the replica must hold the log up to known_commit (linearizable)
 
 
 class KuduContext(ReplicaManagement):
@@ -582,15 +583,57 @@ class KuduContext(ReplicaManagement):
                     + ")")
             return {tid: self._leaders[tid] for tid in tablet_ids}
 
-    # -- healing (the healer's HealerTarget; see pyspark_kudu.spark.healing) -------------------
+    def _read_points(self, locs: TableLocations, tablet_ids: Sequence[str]
+                     ) -> dict[str, tuple[str, int]]:
+        """Per tablet: this client's leader replica and the index of an empty entry it
+        committed after this call began (see ``read_table``'s ``linearizable``). A leader
+        fenced by another writer meanwhile is elected again, once."""
+        failure: KuduError | None = None
+        for _ in range(2):
+            leaders = self._leaders_for(locs, tablet_ids) if tablet_ids else {}
+            futures = {tid: self._service.submit(lead, [b""]) for tid, lead in leaders.items()}
+            points: dict[str, tuple[str, int]] = {}
+            failure = None
+            for tid, fut in futures.items():
+                try:
+                    ((index, _, _),) = fut.result()
+                except KuduError as e:  # fenced, or no majority: elect again
+                    with self._lock:
+                        self._leaders.pop(tid, None)
+                    failure = failure or e
+                    continue
+                points[tid] = (leaders[tid].leader_id, index)
+            if failure is None:
+                return points
+        assert failure is not None
+        raise failure
+
     # -- reads -------------------------------------------------------------------------------
     def read_table(self, name: str, columns: Sequence[str] | None = None,
                    predicates: Sequence[Predicate] = (), snapshot: int | None = None,
-                   locality: str = "closest_replica") -> DataFrame:
-        """A lazy DataFrame over ``name``; scan tasks run on the chosen replicas' hosts."""
+                   locality: str = "closest_replica", read_mode: str = "read_latest"
+                   ) -> DataFrame:
+        """A lazy DataFrame over ``name``; scan tasks run on the chosen replicas' hosts.
+
+        ``read_mode``:
+
+        - ``read_latest`` (Kudu's READ_LATEST): a tablet this client leads is read on its
+          leader replica at the client's commit index (so this client's own acknowledged
+          writes are visible); any other tablet at the last commit index a client reported.
+          Writes another client (another application, or another context of this one)
+          acknowledged since may be missing.
+        - ``linearizable``: for every tablet read, this client becomes (or stays) the
+          leader and commits an empty entry first, then reads the leader replica up to it:
+          every write acknowledged before the read began, by any writer, is visible (Raft
+          thesis §6.4, a read through the log). Costs a round, and like a write it fences
+          another writer's leadership of those tablets. ``locality`` does not apply.
+        """
         if locality not in ("closest_replica", "leader_only"):
             raise InvalidArgumentError(
                 f"unknown scan locality {locality!r}: use closest_replica or leader_only")
+        if read_mode not in ("read_latest", "linearizable"):
+            raise InvalidArgumentError(
+                f"unknown read mode {read_mode!r}: use read_latest or linearizable")
         locs = self.master.get_table(name)
         schema = locs.table.schema
         out_schema = schema.project(None if columns is None else list(columns))
@@ -599,9 +642,20 @@ class KuduContext(ReplicaManagement):
         roots = {s.uuid: s for s in self.servers}
         unreachable = self.transport.unreachable()
         tasks: list[tuple[Any, list[str]]] = []
-        for pidx in partitioner.prune(predicates):
+        pruned = partitioner.prune(predicates)
+        points = (self._read_points(locs, [locs.tablets[p].tablet_id for p in pruned])
+                  if read_mode == "linearizable" else {})
+        for pidx in pruned:
             tablet = locs.tablets[pidx]
             lead = self._leaders.get(tablet.tablet_id)
+            if tablet.tablet_id in points:
+                ts, index = points[tablet.tablet_id]
+                loc = roots[ts]
+                tasks.append((_ScanTask(tablet.tablet_id, ts, loc.root,
+                                        None if columns is None else tuple(columns),
+                                        tuple(predicates), snapshot, index, require=True),
+                              [loc.host]))
+                continue
             if lead is not None and lead.node is not None:
                 ts, known = lead.leader_id, lead.node.commit_index
             elif tablet.leader and tablet.leader not in unreachable and tablet.committed_index:
@@ -638,7 +692,8 @@ def _scan_partition(it: Iterator[_ScanTask]) -> Iterator[tuple[bytes]]:
     for task in it:
         root = local_data_root(task.root)
         res = run_pinned(root, task.ts_uuid, lambda r, t=task: scan_replica(  # type: ignore[misc]
-            r, t.tablet_id, t.columns, t.predicates, t.snapshot, t.known_commit))
+            r, t.tablet_id, t.columns, t.predicates, t.snapshot, t.known_commit,
+            require_index=t.known_commit if t.require else None))
         if not res.ok:
             raise ServiceUnavailableError(
                 f"scan of tablet {task.tablet_id} could not run on its replica's host: "

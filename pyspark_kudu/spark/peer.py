@@ -283,8 +283,13 @@ def scan_replica(
     root: str, tablet_id: str, columns: Sequence[str] | None,
     predicates: Sequence[Predicate], snapshot: int | None, known_commit: int | None = None,
     options: WalOptions | None = None, batch_rows: int = 65536,
+    require_index: int | None = None,
 ) -> list[bytes]:
     """Scan one replica at ``snapshot`` (default: everything it knows committed).
+
+    ``require_index``: the read must see the log up to this index (a linearizable read's
+    point); a replica whose log ends before it refuses (ServiceUnavailableError) rather than
+    serve less.
 
     Returns Arrow IPC streams (one per output batch) so results travel as task results.
     Only committed entries are ever visible: the scan reads the replica's own tablet when it
@@ -301,7 +306,7 @@ def scan_replica(
             f"replica of tablet {tablet_id} under {root} is failed and serves nothing ({why})")
     try:
         return _scan_open(root, io, tablet_id, columns, predicates, snapshot, known_commit,
-                          options, batch_rows)
+                          options, batch_rows, require_index)
     except (CorruptionError, DiskFullError, OSError) as e:
         if isinstance(e, OSError) and e.errno not in _DISK_ERRNOS:
             raise
@@ -314,11 +319,15 @@ def scan_replica(
 def _scan_open(
     root: str, io: FileIO, tablet_id: str, columns: Sequence[str] | None,
     predicates: Sequence[Predicate], snapshot: int | None, known_commit: int | None,
-    options: WalOptions | None, batch_rows: int,
+    options: WalOptions | None, batch_rows: int, require_index: int | None = None,
 ) -> list[bytes]:
     # Opening a tablet may flush, hence ``mutate``.
     with open_replica(root, io, tablet_id, options, mutate=True) as handle:
         storage = handle.storage
+        if require_index is not None and storage.last_index() < require_index:
+            raise ServiceUnavailableError(
+                f"replica of tablet {tablet_id} under {root} holds the log up to "
+                f"{storage.last_index()}, the read needs {require_index}: retry the read")
         target = storage.initial_state()[0].commit
         if known_commit is not None:
             target = max(target, min(known_commit, storage.last_index()))

@@ -91,8 +91,15 @@ def test_a_second_application_fences_the_first_and_no_acknowledged_row_is_lost(
         # The fenced write wrote nothing, and everything acknowledged so far is there.
         ids = sorted(r["id"] for r in kudu.read_table("shared").collect())
         assert ids == list(range(200)), (len(ids), ids[:3], ids[-3:])
+        # A linearizable read elects this client again and reads through the log: it sees
+        # every row the other application acknowledged.
+        lin = {r["id"]: r["v"] for r in kudu.read_table(
+            "shared", read_mode="linearizable").collect()}
+        assert sorted(lin) == list(range(200)) and lin[150] == "b150"
+        (lead,) = kudu._leaders.values()
+        assert lead.node is not None and lead.node.term > terms[-1], (lead.node.term, terms)
 
-        # The next write elects this client again (a newer term) and succeeds.
+        # The next write (this client leads again since the read) succeeds.
         assert kudu.upsert_rows(late, "shared").rows_written == 100
         (lead,) = kudu._leaders.values()
         assert lead.node is not None and lead.node.term > terms[0]

@@ -10,10 +10,12 @@ from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+from pyspark_kudu.consensus.messages import EntryType
 from pyspark_kudu.errors import InvalidArgumentError, RowWriteError
 from pyspark_kudu.partitioning import HashDimension, PartitionSchema
 from pyspark_kudu.schema import Predicate
 from pyspark_kudu.spark.context import KuduContext, WriteProgress
+from pyspark_kudu.spark.peer import replica_storage
 from tests.waiting import wait_until
 
 STRUCT = StructType([StructField("id", LongType(), False), StructField("v", StringType(), True)])
@@ -139,3 +141,34 @@ def test_an_upsert_that_returned_is_visible_to_the_next_context(
     with KuduContext(spark, warehouse=wh) as second:  # leads nothing: reads what was reported
         assert_df_equality(second.read_table("u").orderBy("id"), df.orderBy("id"),
                            ignore_metadata=True)
+
+
+def test_a_linearizable_read_commits_an_empty_entry_per_tablet_and_sees_every_write(
+    spark: SparkSession, kudu: KuduContext
+) -> None:
+    kudu.create_table("lin", STRUCT, keys=["id"],
+                      partitioning=PartitionSchema((HashDimension(("id",), 2),)))
+    rows = [(i, f"v{i}") for i in range(20)]
+    kudu.upsert_rows(spark.createDataFrame(rows, STRUCT), "lin")
+    tablets = [t.tablet_id for t in kudu.master.get_table("lin").tablets]
+    # The leaders this client holds are forgotten: a linearizable read must elect again
+    # rather than trust a commit index someone reported.
+    with kudu._lock:
+        for tid in tablets:
+            kudu._leaders.pop(tid).abandon("test: forget the leader")
+    got = kudu.read_table("lin", read_mode="linearizable").collect()
+    assert sorted((r["id"], r["v"]) for r in got) == rows
+    roots = {s.uuid: s.root for s in kudu.servers}
+    for tid in tablets:
+        lead = kudu._leaders[tid]
+        assert lead.node is not None
+        root = roots[lead.leader_id]
+        assert root is not None
+        with replica_storage(root, tid) as st:
+            last = st.entries(st.last_index() - 1, st.last_index() + 1)
+        # The new term's no-op, then the read's own empty entry (before them: the batches).
+        assert [(e.type, e.data, e.term) for e in last] == [
+            (EntryType.NORMAL, b"", lead.node.term)] * 2, last
+        assert lead.node.commit_index >= last[1].index
+    with pytest.raises(InvalidArgumentError, match="unknown read mode 'snapshot'"):
+        kudu.read_table("lin", read_mode="snapshot")

@@ -26,13 +26,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--replay", type=Path, help="schedule.json of an earlier run to replay")
     p.add_argument("--workers", type=int, help="override the mode's number of workers")
     p.add_argument("--clients", type=int, help="override the mode's client threads")
+    p.add_argument("--sessions", type=int,
+                   help="SparkSessions (each its own KuduContext, an independent writer) the "
+                        "client threads are spread over (default 1)")
     p.add_argument("--window-s", type=float, dest="fault_window_s",
                    help="override the mode's fault window (seconds)")
     p.add_argument("--no-lose-host", action="store_true",
                    help="do not lose a host for good at the end of the window")
     args = p.parse_args(argv)
     cfg = with_overrides(MODES[args.mode], seed=args.seed, workers=args.workers,
-                         clients=args.clients, fault_window_s=args.fault_window_s,
+                         clients=args.clients, sessions=args.sessions,
+                         fault_window_s=args.fault_window_s,
                          lose_host=False if args.no_lose_host else None)
     schedule = None
     if args.replay is not None:
