@@ -329,7 +329,10 @@ class SparkTransport:
                 if time.monotonic() >= deadline:
                     timed_out.set()
                     break
-                now = executor_hosts(self._sc)
+                try:
+                    now = executor_hosts(self._sc)
+                except Exception:  # the SparkContext is stopping: the round ends with it
+                    return
                 lost.extend(h for h, ids in before.items() if not ids <= set(now.get(h, ())))
                 if lost:
                     break
