@@ -12,6 +12,7 @@ from pathlib import Path
 
 import google_crc32c
 import pytest
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from pyspark_kudu.consensus.messages import EntryType
@@ -26,15 +27,22 @@ from pyspark_kudu.spark.tserver import ensure_instance
 from tests.waiting import wait_until
 
 
+def _virtual_servers(sc: SparkContext, tmp_path: Path, n: int = 3
+                     ) -> list[TabletServerLocation]:
+    """``n`` virtual tablet servers on the local executor host, each with its own root."""
+    host = next(iter(executor_hosts(sc)))
+    out = []
+    for k in range(n):
+        info = ensure_instance(str(tmp_path / f"ts{k}"))
+        out.append(TabletServerLocation(info.uuid, host, info.data_root))
+    return out
+
+
 def test_tablet_writes_commit_through_barrier_stages_on_virtual_tablet_servers(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     sc = spark.sparkContext
-    host = next(iter(executor_hosts(sc)))
-    servers = []
-    for n in range(3):
-        info = ensure_instance(str(tmp_path / f"ts{n}"))
-        servers.append(TabletServerLocation(info.uuid, host, info.data_root))
+    servers = _virtual_servers(sc, tmp_path)
     transport = SparkTransport(sc, servers)
     tablet = TabletReplicas("tab-1", tuple(s.uuid for s in servers))
     TabletLeader(tablet, servers[0].uuid, transport).create()
@@ -60,11 +68,8 @@ def test_a_large_staged_payload_is_landed_on_the_way_and_every_replica_gets_it_i
     shuffle and is landed in a private temporary file by the reduce side; the barrier task
     reads it back, the replicas log the real bytes, and no landed file is left behind."""
     sc = spark.sparkContext
-    host = next(iter(executor_hosts(sc)))
-    servers = []
-    for n in range(3):
-        info = ensure_instance(str(tmp_path / f"ts{n}"))
-        servers.append(TabletServerLocation(info.uuid, host, info.data_root))
+    servers = _virtual_servers(sc, tmp_path)
+    host = servers[0].host
     root0 = servers[0].root
     assert root0 is not None
     payload = os.urandom(rounds._LAND_BYTES + 12345)
@@ -113,11 +118,7 @@ def test_a_round_whose_job_does_not_finish_is_cancelled_and_counts_as_failed(
     round forever; the round's job is cancelled after ``round_timeout_s``, every tablet
     server counts as failed, and the next round, the lock released, commits."""
     sc = spark.sparkContext
-    host = next(iter(executor_hosts(sc)))
-    servers = []
-    for n in range(3):
-        info = ensure_instance(str(tmp_path / f"ts{n}"))
-        servers.append(TabletServerLocation(info.uuid, host, info.data_root))
+    servers = _virtual_servers(sc, tmp_path)
     transport = SparkTransport(sc, servers, round_timeout_s=3.0)
     tablet = TabletReplicas("tab-t", tuple(s.uuid for s in servers))
     TabletLeader(tablet, servers[0].uuid, transport).create()
@@ -156,11 +157,7 @@ def test_a_round_blocked_for_many_watch_intervals_is_not_cancelled_before_its_ti
     for many of its polling intervals (a replica lock held by this process) still ends
     normally once unblocked."""
     sc = spark.sparkContext
-    host = next(iter(executor_hosts(sc)))
-    servers = []
-    for n in range(3):
-        info = ensure_instance(str(tmp_path / f"ts{n}"))
-        servers.append(TabletServerLocation(info.uuid, host, info.data_root))
+    servers = _virtual_servers(sc, tmp_path)
     transport = SparkTransport(sc, servers, round_timeout_s=120.0)
     transport.watch_interval_s = 0.05
     tablet = TabletReplicas("tab-slow", tuple(s.uuid for s in servers))
