@@ -318,6 +318,17 @@ class MasterClient:
     def set_replace(self, tablet_id: str, ts_uuid: str, replace: bool = True) -> None:
         self.call("set_replace", {"tablet_id": tablet_id, "ts_uuid": ts_uuid, "replace": replace})
 
+    def tablet_lease(self, client: str, tablet_ids: Sequence[str], *, ttl_s: float = 0.0,
+                     endpoint: Body | None = None, release: bool = False,
+                     timeout_s: float | None = None) -> dict[str, Body]:
+        """Acquire or renew ``client``'s leadership lease on each tablet (or drop them with
+        ``release``); returns each tablet's holder: ``{client, endpoint, expires_in_s}``
+        (see :mod:`pyspark_kudu.master.leases`)."""
+        out = self.call("tablet_lease", {"client": client, "tablet_ids": list(tablet_ids),
+                                         "ttl_s": ttl_s, "endpoint": dict(endpoint or {}),
+                                         "release": release}, timeout_s=timeout_s)
+        return {str(t): dict(v) for t, v in out["leases"].items()}
+
     def add_master(self, node_id: str, address: str, *, timeout_s: float | None = None) -> None:
         """Add a master (learner, then voter once caught up). Start its process first."""
         self.call("add_master", {"id": node_id, "address": address}, timeout_s=timeout_s)

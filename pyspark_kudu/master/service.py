@@ -46,6 +46,7 @@ from pyspark_kudu.errors import (
 from pyspark_kudu.master.catalog import Catalog, apply
 from pyspark_kudu.master.ddl import build_alter_table, build_create_table, build_delete_table
 from pyspark_kudu.master.entities import ConstraintMeta, TServerMeta
+from pyspark_kudu.master.leases import LeaseTable
 from pyspark_kudu.master.locations import LocationCache
 from pyspark_kudu.master.records import (
     Record,
@@ -91,6 +92,8 @@ class MasterService:
         self._last_seen: dict[str, float] = {}
         self._full_seen: set[str] = set()
         self._full_term = -1
+        self._leases = LeaseTable()
+        self._lease_term = -1
         self._handlers: dict[str, Callable[[Body], Body]] = {
             "status": self.status,
             "create_table": self.create_table,
@@ -101,6 +104,7 @@ class MasterService:
             "list_tservers": self.list_tservers,
             "heartbeat": self.heartbeat,
             "set_replace": self.set_replace,
+            "tablet_lease": self.tablet_lease,
             "replication_plan": self.replication_plan,
             "rebalance_plan": self.rebalance_plan,
             "add_master": self.add_master,
@@ -322,6 +326,28 @@ class MasterService:
         rec = SetReplaceMark(body["tablet_id"], body["ts_uuid"], bool(body.get("replace", True)))
         self._commit(rec, cat, f"marking tablet {rec.tablet_id} replica on {rec.ts_uuid}")
         return {}
+
+    def tablet_lease(self, body: Body) -> Body:
+        """Grant, renew (``ttl_s`` > 0) or release (``release``) a client's leadership leases
+        on tablets (:mod:`.leases`); answers every asked tablet's holder. Leader only: all
+        clients must see one table. A new leader term starts with no leases."""
+        self._leader_catalog()
+        term = self.replica.status().term
+        client = str(body["client"])
+        tids = [str(t) for t in body["tablet_ids"]]
+        now = self._clock()
+        with self._lock:
+            if term != self._lease_term:
+                self._leases, self._lease_term = LeaseTable(), term
+            self._leases.expire(now)
+            if body.get("release"):
+                self._leases.release(client, tids)
+                return {"leases": {}}
+            got = self._leases.acquire(client, dict(body.get("endpoint") or {}), tids,
+                                       float(body["ttl_s"]), now)
+        return {"leases": {t: {"client": lease.client, "endpoint": dict(lease.endpoint),
+                               "expires_in_s": round(lease.expires - now, 3)}
+                           for t, lease in got.items()}}
 
     # -- master membership ------------------------------------------------------------------
     def add_master(self, body: Body) -> Body:

@@ -9,7 +9,9 @@ out with Spark jobs on the tablets' leaders. :class:`ReplicaManagement` is the p
   failed replicas this client saw;
 - ``execute_replication_actions``: actions of different tablets concurrently, their rounds
   shared (:class:`~pyspark_kudu.spark.sharedrounds.SharedRounds`), each reported to the
-  master as a new configuration;
+  master as a new configuration; an action on a tablet another client leads (holds the
+  lease of, :mod:`.leases`) is sent to that client, so a tablet copy is never fenced by
+  that client's next write;
 - ``sweep_replicas``: deletes replicas the catalog says are evicted or orphaned;
 - ``recover_tablet``: the unsafe recovery of a tablet that lost a majority.
 
@@ -39,11 +41,13 @@ from pyspark_kudu.master.client import MasterClient, TableLocations
 from pyspark_kudu.master.entities import MemberType, ReplicaMeta, TServerMeta
 from pyspark_kudu.master.records import TabletReport
 from pyspark_kudu.spark.leader import TabletLeader, TabletReplicas
+from pyspark_kudu.spark.leases import LeaseKeeper
 from pyspark_kudu.spark.peer import PeerRequest, RequestKind, tablet_dir
 from pyspark_kudu.spark.pinned import pinned_rdd
 from pyspark_kudu.spark.replicas import delete_replica
 from pyspark_kudu.spark.rounds import SparkTransport, TabletServerLocation, root_cause
 from pyspark_kudu.spark.service import ReplicationService
+from pyspark_kudu.spark.session import SessionAddress, SessionClient
 from pyspark_kudu.spark.sharedrounds import SharedRounds
 from pyspark_kudu.spark.tserver import local_data_root, run_pinned
 
@@ -63,12 +67,14 @@ class ReplicaManagement:
     _service: ReplicationService
     _lock: threading.Lock
     _leaders: dict[str, TabletLeader]
+    leases: LeaseKeeper
 
     if TYPE_CHECKING:  # provided by KuduContext
         def _report_failed(self, leaders: Iterable[TabletLeader]) -> None: ...
 
-        def _leaders_for(self, locs: TableLocations, tablet_ids: Sequence[str],
-                         exclude: frozenset[str] = frozenset()) -> dict[str, TabletLeader]: ...
+        def _route(self, locs: TableLocations, tablet_ids: Sequence[str], *,
+                   forwarded: bool = False, exclude: frozenset[str] = frozenset()
+                   ) -> tuple[dict[str, TabletLeader], dict[str, SessionAddress]]: ...
 
     def replication_plan(self, max_actions: int = 0) -> list[dict[str, Any]]:
         """The leader master's re-replication actions (see ``redrive.replication_plan``),
@@ -86,16 +92,20 @@ class ReplicaManagement:
         if err is not None:
             raise err
 
-    def execute_replication_actions(self, actions: Sequence[dict[str, Any]]
+    def execute_replication_actions(self, actions: Sequence[dict[str, Any]], *,
+                                    forwarded: bool = False
                                     ) -> list[tuple[KuduError | None, float]]:
         """Carry out planned actions of *different* tablets concurrently (the bounded number
         of concurrent moves is the caller's batch size): one thread per tablet drives its
         leader, all inside one call on the replication service's round thread, so no write
         round interleaves. Returns, per action, its error (None: done) and its duration in
         seconds, ``-1.0`` for an action skipped because the plan was stale or its tablet
-        already has an action in this batch (the next plan decides again)."""
+        already has an action in this batch (the next plan decides again). Actions on
+        tablets another client leads are sent to it (``forwarded``: this call is such a
+        send; a tablet this client does not lead then fails with ``NotLeaderError``)."""
         out: list[tuple[KuduError | None, float]] = [(None, -1.0)] * len(actions)
         ready: list[tuple[int, str, str, str, TabletLeader, str]] = []
+        elsewhere: dict[SessionAddress, list[int]] = {}
         servers = {s.uuid for s in self.servers}
         for i, action in enumerate(actions):
             kind = str(action["action"])
@@ -116,7 +126,9 @@ class ReplicaManagement:
                 if kind not in ("add_replica", "promote_replica", "remove_replica",
                                 "move_replica"):
                     raise InvalidArgumentError(f"unknown replication action {kind!r}")
-                if any(r[2] == tid for r in ready):
+                if any(r[2] == tid for r in ready) or any(
+                        str(actions[j]["tablet_id"]) == tid for js in elsewhere.values()
+                        for j in js):
                     continue  # one change at a time per tablet: the next pass
                 locs = self.master.get_table(str(action["table_name"]))
                 tablet = next((t for t in locs.tablets if t.tablet_id == tid), None)
@@ -125,7 +137,11 @@ class ReplicaManagement:
                     continue  # the plan is stale: the tablet changed since; next pass
                 exclude = frozenset({ts}) if kind in ("remove_replica", "move_replica") \
                     else frozenset({replacing} - {""})
-                lead = self._leaders_for(locs, [tid], exclude=exclude)[tid]
+                own, remote = self._route(locs, [tid], forwarded=forwarded, exclude=exclude)
+                if tid in remote:
+                    elsewhere.setdefault(remote[tid], []).append(i)
+                    continue
+                lead = own[tid]
             except KuduError as e:
                 out[i] = (e, 0.0)
                 continue
@@ -171,12 +187,26 @@ class ReplicaManagement:
                         for _, kind, _, member, lead, replacing in ready]
                 return [f.result() for f in futs]
 
-        if ready:
-            for (i, _, _, _, lead, _), res in zip(ready, self._service.call(run_all).result(),
-                                                  strict=True):
+        def forward(addr: SessionAddress, idx: list[int]) -> None:
+            try:
+                got = SessionClient(addr).lead_heal([actions[i] for i in idx])
+            except KuduError as e:
+                got = [(e, 0.0)] * len(idx)
+            for i, res in zip(idx, got, strict=True):
                 out[i] = res
-                if res[0] is None:
-                    self._report_config(lead)
+
+        with ThreadPoolExecutor(max(1, len(elsewhere)),
+                                thread_name_prefix="kudu-heal-forward") as pool:
+            sent = [pool.submit(forward, addr, idx) for addr, idx in elsewhere.items()]
+            if ready:
+                with self.leases.using([r[2] for r in ready]):
+                    results = self._service.call(run_all).result()
+                for (i, _, _, _, lead, _), res in zip(ready, results, strict=True):
+                    out[i] = res
+                    if res[0] is None:
+                        self._report_config(lead)
+            for f in sent:
+                f.result()
         return out
 
     def recover_tablet(self, table: str, tablet_id: str, survivor: str | None = None

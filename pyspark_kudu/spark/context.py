@@ -17,6 +17,11 @@ The client-side entry point of DESIGN §1-3. A context
    replica at the client's commit index, so a write that returned is visible to the next
    read; any other replica serves only what it knows committed.
 
+Leadership: before leading a tablet the context takes its lease from the master
+(:mod:`pyspark_kudu.spark.leases`); a tablet another live client leads is not elected but
+*forwarded to* (writes, linearizable read points and replication actions go to that client's
+session service), so writers of one tablet share one leader instead of fencing each other.
+
 Tablet-server liveness: a driver thread heartbeats every server whose host has an executor
 (:mod:`pyspark_kudu.spark.liveness`, ``spark.kudu.heartbeatIntervalSec``, default 1 s).
 
@@ -37,7 +42,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +54,7 @@ from pyspark_kudu.errors import (
     InvalidArgumentError,
     KuduError,
     NotFoundError,
+    NotLeaderError,
     RowWriteError,
     ServiceUnavailableError,
     TimedOutError,
@@ -69,6 +75,7 @@ from pyspark_kudu.spark.dataplane import (
 )
 from pyspark_kudu.spark.healing import Healer
 from pyspark_kudu.spark.leader import TabletLeader, TabletReplicas
+from pyspark_kudu.spark.leases import DEFAULT_LEASE_S, LEASE_CONF, LeaseKeeper
 from pyspark_kudu.spark.liveness import LivenessReporter
 from pyspark_kudu.spark.multitablet import elect_all
 from pyspark_kudu.spark.options import OPERATIONS, check_write_columns
@@ -81,7 +88,12 @@ from pyspark_kudu.spark.rounds import (
     root_cause,
 )
 from pyspark_kudu.spark.service import ReplicationService, WriteOutcome
-from pyspark_kudu.spark.session import register
+from pyspark_kudu.spark.session import (
+    SessionAddress,
+    SessionClient,
+    SessionUnreachableError,
+    register,
+)
 from pyspark_kudu.spark.transport import FencedError, RoundFailedError
 from pyspark_kudu.spark.tserver import ensure_instance, local_data_root, run_pinned
 from pyspark_kudu.tablet import OpType
@@ -120,6 +132,49 @@ class WriteProgress:
 
 
 _MAY_FAIL_PER_ROW = (int(OpType.INSERT), int(OpType.UPDATE), int(OpType.DELETE))
+_FORWARD_GRACE_S = 15.0  # past the lease: how long a forward that found no leader re-routes
+_FORWARD_RETRY_S = 0.5
+
+
+class _Tally:
+    """What one write committed so far, from this client's rounds and forwards.
+    Thread-safety: confined to the thread running ``commit_staged``."""
+
+    def __init__(self, progress: Callable[[WriteProgress], None] | None) -> None:
+        self.progress = progress
+        self.errors: list[tuple[str, dict[str, object], str, str]] = []
+        self.written = self.rows_done = self.batches_done = 0
+        self.rows_total = self.batches_total = 0
+        self.failure: KuduError | None = None
+
+    def fail(self, e: KuduError) -> None:
+        self.failure = self.failure or e
+
+    def own_done(self, tid: str, outcome: WriteOutcome, refs: Sequence[StagedRef]) -> None:
+        for (_, _, result), ref in zip(outcome, refs, strict=True):
+            if result is None:
+                self.written += ref.rows
+            else:
+                self.written += result.num_rows - len(result.errors)
+                self.errors.extend((tid, e.key or {}, e.status, e.message)
+                                   for e in result.errors)
+            self.rows_done += ref.rows
+            self.batches_done += 1
+        self._report()
+
+    def remote_done(self, tids: Sequence[str], refs: dict[str, list[StagedRef]],
+                    written: int, errors: Sequence[tuple[str, dict[str, object], str, str]]
+                    ) -> None:
+        self.written += written
+        self.errors.extend(errors)
+        self.rows_done += sum(r.rows for t in tids for r in refs[t])
+        self.batches_done += sum(len(refs[t]) for t in tids)
+        self._report()
+
+    def _report(self) -> None:
+        if self.progress is not None:
+            self.progress(WriteProgress(self.rows_done, self.rows_total, self.batches_done,
+                                        self.batches_total))
 
 
 @dataclass(frozen=True)
@@ -150,12 +205,15 @@ class KuduContext(ReplicaManagement):
                  heal: bool | None = None,
                  heal_interval_s: float | None = None,
                  failed_after_s: float | None = None,
-                 round_timeout_s: float | None = None) -> None:
+                 round_timeout_s: float | None = None,
+                 lease_s: float | None = None) -> None:
         """``heal``, ``heal_interval_s``, ``failed_after_s`` (the embedded master's
-        ``follower_unavailable_considered_failed_sec``) and ``round_timeout_s`` (a
-        replication round's Spark job is cancelled after it, :mod:`.rounds`) override the
-        ``spark.kudu.heal.*``, ``spark.kudu.followerUnavailableConsideredFailedSec`` and
-        ``spark.kudu.roundTimeoutSec`` settings."""
+        ``follower_unavailable_considered_failed_sec``), ``round_timeout_s`` (a
+        replication round's Spark job is cancelled after it, :mod:`.rounds`) and
+        ``lease_s`` (tablet leadership leases, :mod:`.leases`; 0: none, every writer
+        elects itself and fences the others) override the ``spark.kudu.heal.*``,
+        ``spark.kudu.followerUnavailableConsideredFailedSec``,
+        ``spark.kudu.roundTimeoutSec`` and ``spark.kudu.leaderLeaseSec`` settings."""
         self.spark = spark
         sc = spark.sparkContext
         conf_wh = sc.getConf().get(WAREHOUSE_CONF, None)
@@ -185,6 +243,7 @@ class KuduContext(ReplicaManagement):
         self._leaders: dict[str, TabletLeader] = {}
         self._failed_reported: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
+        self._closed = False
         interval = float(sc.getConf().get(HEARTBEAT_CONF, "1.0") or 1.0)
         self.liveness = LivenessReporter(
             self.master, [TServerMeta(s.uuid, s.host, data_root=s.root or "")
@@ -192,6 +251,11 @@ class KuduContext(ReplicaManagement):
             self._live_hosts, interval_s=interval).start()
         # format("kudu") for this session: a loopback service its data source calls.
         self.session_service = register(self)
+        self.client_id = uuid.uuid4().hex[:16]
+        self.leases = LeaseKeeper(
+            self.master, self.client_id, self.session_service.address,
+            ttl_s=lease_s if lease_s is not None else float(
+                conf.get(LEASE_CONF, str(DEFAULT_LEASE_S)) or DEFAULT_LEASE_S))
         self.healer = Healer(
             self, interval_s=heal_interval_s or float(conf.get(HEAL_INTERVAL_CONF, "5") or 5),
             max_moves=int(conf.get(HEAL_MAX_MOVES_CONF, "4") or 4),
@@ -210,7 +274,12 @@ class KuduContext(ReplicaManagement):
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
+        """Stop healing, release this client's tablet leases, stop its services. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
         self.healer.stop()
+        self.leases.close()  # other clients lead this one's tablets from now on
         self.session_service.close()
         self.liveness.stop()
         self._service.close()
@@ -299,7 +368,7 @@ class KuduContext(ReplicaManagement):
         # not pay the elections (four shared rounds). A failure here is not the DDL's: the
         # first write elects again.
         try:
-            self._leaders_for(locs, [t.tablet_id for t in locs.tablets])
+            self._route(locs, [t.tablet_id for t in locs.tablets])
         except KuduError as e:
             _log.warning("table %s: electing tablet leaders after creation failed (the first "
                          "write elects again): %s", name, e)
@@ -431,16 +500,23 @@ class KuduContext(ReplicaManagement):
     def commit_staged(self, table: str, staged: Sequence[StagedRef],
                       bad_rows: Sequence[str] = (), *,
                       progress: Callable[[WriteProgress], None] | None = None,
-                      locations: TableLocations | None = None) -> WriteSummary:
+                      locations: TableLocations | None = None,
+                      forwarded: bool = False) -> WriteSummary:
         """Replicate batches staged by :func:`~pyspark_kudu.spark.dataplane.stage_batches`
         (by :meth:`write`, or by the ``kudu`` data source's writer tasks); returns once all
         are committed. ``bad_rows`` are the JSON rows staging found in no range partition,
         reported as per-row ``NotFound`` errors. The caller removes the staging afterwards
-        (:meth:`discard_staged`)."""
+        (:meth:`discard_staged`).
+
+        Tablets another client leads are forwarded to it (``lead_commit``); a forward that
+        could not be delivered, or reached a client that no longer leads, is routed again
+        until the lease it found lapses. ``forwarded``: this call is such a forward; a tablet
+        this client does not lead is refused (``NotLeaderError``) before anything is
+        proposed."""
         locs = locations or self.master.get_table(table)
-        errors: list[tuple[str, dict[str, object], str, str]] = [
-            ("", json.loads(row), "NotFound", "row is in no range partition")
-            for row in bad_rows]
+        tally = _Tally(progress)
+        tally.errors.extend(("", json.loads(row), "NotFound", "row is in no range partition")
+                            for row in bad_rows)
         refs: dict[int, list[StagedRef]] = {}
         for ref in staged:
             if not 0 <= ref.tablet < len(locs.tablets):
@@ -448,55 +524,91 @@ class KuduContext(ReplicaManagement):
                     f"table {table}: staged batch {ref.path} names tablet {ref.tablet}, the "
                     f"table has {len(locs.tablets)}; was it staged for another table?")
             refs.setdefault(ref.tablet, []).append(ref)
-        tablet_ids = [locs.tablets[p].tablet_id for p in sorted(refs)]
-        leaders = self._leaders_for(locs, tablet_ids) if tablet_ids else {}
+        tally.rows_total = sum(r.rows for rs in refs.values() for r in rs)
+        tally.batches_total = sum(len(rs) for rs in refs.values())
+        by_tid = {locs.tablets[p].tablet_id: refs[p] for p in sorted(refs)}
+        pending = list(by_tid)
+        deadline = time.monotonic() + self.leases.ttl_s + _FORWARD_GRACE_S
+        while pending:
+            own, remote = self._route(locs, pending, forwarded=forwarded)
+            groups: dict[SessionAddress, list[str]] = {}
+            for tid, addr in remote.items():
+                groups.setdefault(addr, []).append(tid)
+            retry: list[str] = []
+            with self.leases.using(list(own)), ThreadPoolExecutor(
+                    max(1, len(groups)), thread_name_prefix="kudu-forward") as pool:
+                forwards = {pool.submit(SessionClient(addr).lead_commit, table,
+                                        [r.encode() for t in tids for r in by_tid[t]]): tids
+                            for addr, tids in groups.items()}
+                self._commit_own(table, {t: by_tid[t] for t in own}, own, tally)
+                for fut in as_completed(forwards):
+                    tids = forwards[fut]
+                    try:
+                        summary = fut.result()
+                    except RowWriteError as e:
+                        tally.remote_done(tids, by_tid, e.rows_written, e.errors)
+                    except (SessionUnreachableError, NotLeaderError) as e:
+                        if time.monotonic() < deadline:  # nothing was proposed: route again
+                            retry.extend(tids)
+                        else:
+                            tally.fail(RoundFailedError(
+                                f"table {table}: tablets {tids} are led by another client "
+                                f"that did not take the write ({e}); nothing was written "
+                                f"to them"))
+                    except KuduError as e:
+                        tally.fail(RoundFailedError(
+                            f"table {table}: the write to tablets {tids}, forwarded to the "
+                            f"client leading them, was not acknowledged ({e}); its rows "
+                            f"may or may not have been applied, so retry the write (an "
+                            f"upsert retry is harmless)"))
+                    else:
+                        tally.remote_done(tids, by_tid, summary.rows_written, [])
+            pending = retry
+            if pending:
+                time.sleep(_FORWARD_RETRY_S)  # the holder's lease lapses within the deadline
+        if tally.failure is not None:
+            raise tally.failure
+        summary = WriteSummary(tally.written, len(tally.errors), len(by_tid))
+        if tally.errors:
+            sample = "; ".join(f"{s} {r}" for _, r, s, _ in tally.errors[:3])
+            raise RowWriteError(
+                f"failed to write {len(tally.errors)} rows to table {table} "
+                f"({tally.written} written); sample errors: {sample}", tally.errors,
+                tally.written)
+        return summary
+
+    def _commit_own(self, table: str, refs: dict[str, list[StagedRef]],
+                    leaders: dict[str, TabletLeader], tally: _Tally) -> None:
+        """Replicate the batches of tablets this client leads, into ``tally``."""
+        if not refs:
+            return
         futures: dict[Future[WriteOutcome], tuple[str, list[StagedRef]]] = {}
-        for pidx in sorted(refs):
-            tid = locs.tablets[pidx].tablet_id
+        for tid, batch_refs in refs.items():
             # Only insert, update and delete can fail per row; the others return once
             # committed, without waiting a round for the replicas' per-row results.
-            fut = self._service.submit(leaders[tid], [r.encode() for r in refs[pidx]],
+            fut = self._service.submit(leaders[tid], [r.encode() for r in batch_refs],
                                        want_results=any(r.op in _MAY_FAIL_PER_ROW
-                                                        for r in refs[pidx]))
-            futures[fut] = (tid, refs[pidx])
-        total_rows = sum(r.rows for rs in refs.values() for r in rs)
-        total_batches = sum(len(rs) for rs in refs.values())
-        written = rows_done = batches_done = 0
-        failure: KuduError | None = None
+                                                        for r in batch_refs))
+            futures[fut] = (tid, batch_refs)
+        failed = False
         for fut in as_completed(futures):
             tid, batch_refs = futures[fut]
             try:
                 outcome = fut.result()
             except KuduError as e:  # fenced by another writer, or no majority
-                self._leaders.pop(tid, None)  # elect again next time
+                failed = True
+                with self._lock:
+                    self._leaders.pop(tid, None)  # elect again next time
                 kind = FencedError if isinstance(e, FencedError) else RoundFailedError
-                failure = failure or kind(
+                tally.fail(kind(
                     f"table {table}: the write to tablet {tid} was not acknowledged ({e}); "
                     f"its rows may or may not have been applied, so retry the write (an "
-                    f"upsert retry is harmless)")
+                    f"upsert retry is harmless)"))
                 continue
-            for (_, _, result), ref in zip(outcome, batch_refs, strict=True):
-                if result is None:
-                    written += ref.rows
-                else:
-                    written += result.num_rows - len(result.errors)
-                    errors.extend((tid, e.key or {}, e.status, e.message)
-                                  for e in result.errors)
-                rows_done += ref.rows
-                batches_done += 1
-            if progress is not None:
-                progress(WriteProgress(rows_done, total_rows, batches_done, total_batches))
-        self._report_failed(leaders.values())
-        if failure is not None:
-            raise failure
-        self._report_commits([leaders[t] for t in tablet_ids])
-        summary = WriteSummary(written, len(errors), len(tablet_ids))
-        if errors:
-            sample = "; ".join(f"{s} {r}" for _, r, s, _ in errors[:3])
-            raise RowWriteError(
-                f"failed to write {len(errors)} rows to table {table} "
-                f"({written} written); sample errors: {sample}", errors, written)
-        return summary
+            tally.own_done(tid, outcome, batch_refs)
+        self._report_failed(leaders[t] for t in refs)
+        if not failed:
+            self._report_commits([leaders[t] for t in refs])
 
     def _report_failed(self, leaders: Iterable[TabletLeader]) -> None:
         """Tell the master about replicas that answered "failed" (corrupt files, full disk):
@@ -583,17 +695,54 @@ class KuduContext(ReplicaManagement):
                     + ")")
             return {tid: self._leaders[tid] for tid in tablet_ids}
 
-    def _read_points(self, locs: TableLocations, tablet_ids: Sequence[str]
-                     ) -> dict[str, tuple[str, int]]:
-        """Per tablet: this client's leader replica and the index of an empty entry it
-        committed after this call began (see ``read_table``'s ``linearizable``). A leader
-        fenced by another writer meanwhile is elected again, once."""
+    def _route(self, locs: TableLocations, tablet_ids: Sequence[str], *,
+               forwarded: bool = False, exclude: frozenset[str] = frozenset()
+               ) -> tuple[dict[str, TabletLeader], dict[str, SessionAddress]]:
+        """Split ``tablet_ids`` into the ones this client leads (their leaders, elected as
+        needed, see :meth:`_leaders_for`) and the ones another client holds the lease of
+        (its session service). A cached leader of a tablet whose lease this client did not
+        hold is dropped (another client may have led it meanwhile: elect again rather than
+        fail the next write as fenced). ``forwarded``: another client sent this work here,
+        so every tablet must be this client's (``NotLeaderError`` otherwise)."""
+        fresh = {t for t in tablet_ids
+                 if self.leases.enabled and not self.leases.holds(t)}
+        holders = self.leases.route(tablet_ids)
+        remote = {t: a for t, a in holders.items() if a is not None}
+        if remote and forwarded:
+            raise NotLeaderError(
+                f"client {self.client_id} does not lead tablets {sorted(remote)} (their "
+                f"leases are another client's now): route the request again")
+        with self._lock:
+            for t in set(remote) | (fresh - set(remote)):
+                self._leaders.pop(t, None)
+        own = [t for t in tablet_ids if t not in remote]
+        return (self._leaders_for(locs, own, exclude=exclude) if own else {}), remote
+
+    def read_points(self, table: str, tablet_ids: Sequence[str], *, forwarded: bool = False
+                    ) -> dict[str, tuple[str, int]]:
+        """Per tablet: its leader replica and the index of an empty entry committed after
+        this call began (see ``read_table``'s ``linearizable``); tablets another client
+        leads are asked of it. ``forwarded`` as for :meth:`commit_staged`."""
+        return self._read_points(self.master.get_table(table), tablet_ids, forwarded=forwarded)
+
+    def _read_points(self, locs: TableLocations, tablet_ids: Sequence[str], *,
+                     forwarded: bool = False) -> dict[str, tuple[str, int]]:
+        """:meth:`read_points`. A leader fenced by another writer meanwhile is elected
+        again, and a forward that found no leader is routed again, once."""
         failure: KuduError | None = None
         for _ in range(2):
-            leaders = self._leaders_for(locs, tablet_ids) if tablet_ids else {}
-            futures = {tid: self._service.submit(lead, [b""]) for tid, lead in leaders.items()}
+            own, remote = self._route(locs, tablet_ids, forwarded=forwarded)
+            futures = {tid: self._service.submit(lead, [b""]) for tid, lead in own.items()}
             points: dict[str, tuple[str, int]] = {}
             failure = None
+            groups: dict[SessionAddress, list[str]] = {}
+            for tid, addr in remote.items():
+                groups.setdefault(addr, []).append(tid)
+            for addr, tids in groups.items():
+                try:
+                    points.update(SessionClient(addr).lead_read(locs.table.name, tids))
+                except KuduError as e:
+                    failure = failure or e
             for tid, fut in futures.items():
                 try:
                     ((index, _, _),) = fut.result()
@@ -602,7 +751,7 @@ class KuduContext(ReplicaManagement):
                         self._leaders.pop(tid, None)
                     failure = failure or e
                     continue
-                points[tid] = (leaders[tid].leader_id, index)
+                points[tid] = (own[tid].leader_id, index)
             if failure is None:
                 return points
         assert failure is not None

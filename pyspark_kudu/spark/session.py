@@ -14,7 +14,16 @@ the data source calls it:
 ``abort``          discard the staging of a failed write
 ``commit_stream``  ``commit`` of one streaming micro-batch, exactly once per
                    ``(table, stream id, batch id)`` (see below)
+``lead_commit``    another client's staged batches, for tablets this client holds the
+                   leadership lease of (:mod:`.leases`); the caller discards its staging
+``lead_read``      linearizable read points of tablets this client leads
+``lead_heal``      replication actions on tablets this client leads
 =================  ===========================================================================
+
+The ``lead_*`` methods serve *other clients* (other KuduContexts, possibly of other
+applications): the master's lease table hands them this service's address and secret. A
+client asked to lead a tablet whose lease it no longer holds answers ``NotLeaderError``
+before proposing anything, and the caller routes again.
 
 Decisions:
 
@@ -91,6 +100,7 @@ __all__ = [
     "SessionAddress",
     "SessionClient",
     "SessionService",
+    "SessionUnreachableError",
     "StreamLedger",
     "TableInfo",
     "TabletInfo",
@@ -117,6 +127,19 @@ class SessionAddress:
     port: int
     secret: str = field(repr=False)
     masters: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"host": self.host, "port": self.port, "secret": self.secret,
+                "masters": list(self.masters)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> SessionAddress:
+        return cls(str(d["host"]), int(d["port"]), str(d["secret"]),
+                   tuple(str(m) for m in d.get("masters") or ()))
+
+
+class SessionUnreachableError(ServiceUnavailableError):
+    """No connection to the session service could be made: the request was never sent."""
 
 
 @dataclass(frozen=True)
@@ -241,22 +264,31 @@ class SessionClient:
         """One request; returns the result or raises the service's error rebuilt.
 
         Raises:
-            ServiceUnavailableError: the service is not reachable (its KuduContext was
-                closed, or this code does not run on the driver host).
+            SessionUnreachableError: no connection could be made (its KuduContext was
+                closed, or this code does not run on the driver host): nothing was sent.
+            ServiceUnavailableError: the connection broke during the call: its outcome is
+                unknown.
             InvalidArgumentError: the service refused the secret.
         """
         a = self.address
         try:
-            with socket.create_connection((a.host, a.port), timeout=_CONNECT_TIMEOUT_S) as s:
+            conn = socket.create_connection((a.host, a.port), timeout=_CONNECT_TIMEOUT_S)
+        except OSError as e:
+            raise SessionUnreachableError(
+                f"the kudu session service at {a.host}:{a.port} is not reachable ({e}): the "
+                f"KuduContext that registered format('kudu') may be closed; create a new "
+                f"one, and call the data source from its application") from e
+        try:
+            with conn as s:
                 s.settimeout(None)  # a commit lasts as long as its replication rounds
                 s.sendall(_MAGIC + a.secret.encode())
                 _send_json(s, {"method": method, "body": dict(body)})
                 reply = _recv_json(s)
         except (OSError, EOFError) as e:
             raise ServiceUnavailableError(
-                f"the kudu session service at {a.host}:{a.port} is not reachable ({e}): the "
-                f"KuduContext that registered format('kudu') may be closed; create a new "
-                f"one, and call the data source from its application") from e
+                f"the connection to the kudu session service at {a.host}:{a.port} broke "
+                f"during {method!r} ({e}): its outcome is unknown (the KuduContext serving "
+                f"it may have been closed)") from e
         if reply.get("ok"):
             return reply.get("result")
         raise _decode_error(reply.get("error") or {})
@@ -281,6 +313,24 @@ class SessionClient:
             "table": table, "stream_id": stream_id, "batch_id": int(batch_id),
             "refs": _b64(refs), "bad_rows": list(bad_rows), "write_ids": list(write_ids)})
         return None if out is None else _summary(out)
+
+    def lead_commit(self, table: str, refs: Sequence[bytes], bad_rows: Sequence[str] = ()
+                    ) -> WriteSummary:
+        """Have this service's client replicate staged batches of tablets it leads."""
+        return _summary(self.call("lead_commit", {"table": table, "refs": _b64(refs),
+                                                  "bad_rows": list(bad_rows)}))
+
+    def lead_read(self, table: str, tablet_ids: Sequence[str]) -> dict[str, tuple[str, int]]:
+        """Per tablet: the leader replica and an index committed after this call began."""
+        out = self.call("lead_read", {"table": table, "tablet_ids": list(tablet_ids)})
+        return {str(t): (str(ts), int(i)) for t, (ts, i) in out.items()}
+
+    def lead_heal(self, actions: Sequence[Mapping[str, Any]]
+                  ) -> list[tuple[KuduError | None, float]]:
+        """Carry out replication actions on tablets this service's client leads."""
+        out = self.call("lead_heal", {"actions": [dict(a) for a in actions]})
+        return [(None if err is None else _decode_error(err), float(took))
+                for err, took in out]
 
 
 def _b64(refs: Sequence[bytes]) -> list[str]:
@@ -425,6 +475,18 @@ class SessionService:
                                          int(body["batch_id"]), _refs(body), _bad(body),
                                          _ids(body))
                 return None if out is None else asdict(out)
+            case "lead_commit":
+                return asdict(self._kudu.commit_staged(str(body["table"]), _refs(body),
+                                                       _bad(body), forwarded=True))
+            case "lead_read":
+                points = self._kudu.read_points(str(body["table"]),
+                                                [str(t) for t in body["tablet_ids"]],
+                                                forwarded=True)
+                return {t: [ts, i] for t, (ts, i) in points.items()}
+            case "lead_heal":
+                done = self._kudu.execute_replication_actions(
+                    [dict(a) for a in body["actions"]], forwarded=True)
+                return [[None if e is None else _encode_error(e), took] for e, took in done]
         raise InvalidArgumentError(f"unknown session service method {method!r}")
 
     def describe(self, table: str) -> TableInfo:

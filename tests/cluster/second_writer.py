@@ -4,7 +4,9 @@
     python tests/cluster/second_writer.py SPARK_MASTER KUDU_MASTER TABLE FIRST COUNT WAREHOUSE
 
 It waits for an executor on every worker host, upserts ids FIRST..FIRST+COUNT-1 and prints
-one JSON line: rows written and the term it led the table's tablets in.
+one JSON line: rows written and the terms it led the table's tablets in (none if it forwarded
+its write to the application holding the tablets' leadership leases).
+``SECOND_WRITER_LEASE_S`` sets its ``lease_s`` (0: no leases, it elects itself and fences).
 """
 
 from __future__ import annotations
@@ -42,7 +44,9 @@ def main(argv: list[str]) -> int:
                                   f"{sorted(executor_hosts(spark.sparkContext))}"}))
                 return 1
             time.sleep(0.5)
-        with KuduContext(spark, master=kudu_master, warehouse=warehouse) as kudu:
+        lease = os.environ.get("SECOND_WRITER_LEASE_S")
+        with KuduContext(spark, master=kudu_master, warehouse=warehouse,
+                         lease_s=None if lease is None else float(lease)) as kudu:
             schema = kudu.master.get_table(table).table.schema.to_spark()
             rows = [(i, f"b{i}") for i in range(int(first), int(first) + int(count))]
             summary = kudu.upsert_rows(spark.createDataFrame(rows, schema), table)

@@ -1,6 +1,8 @@
 """Two Spark applications (two driver processes) write one tablet through a standalone
-master: the second fences the first by term, the first's next write elects again, and no
-acknowledged row is lost (issue 6, DESIGN §3 "Leadership and fencing").
+master. Without leadership leases the second fences the first by term, the first's next
+write elects again, and no acknowledged row is lost (issue 6, DESIGN §3 "Leadership and
+fencing"); with them (the default) the second forwards its write to the first, which stays
+the leader in the same term (:mod:`pyspark_kudu.spark.leases`).
 
 The second application runs on a second Spark cluster whose workers bind to the same hosts
 and share the first cluster's data roots: the same tablet servers, each application with
@@ -10,6 +12,7 @@ lost executor's core to another host, which the kill tests must not see)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -53,12 +56,16 @@ def twin_cluster(standalone_cluster: StandaloneCluster,
 
 
 def _second_writer(cluster: StandaloneCluster, master: MasterProcessCluster, first: int,
-                   count: int, warehouse: Path) -> dict[str, object]:
+                   count: int, warehouse: Path, table: str = "shared",
+                   lease_s: float | None = None) -> dict[str, object]:
+    env = dict(os.environ)
+    if lease_s is not None:
+        env["SECOND_WRITER_LEASE_S"] = str(lease_s)
     proc = subprocess.run(
         [sys.executable, str(REPO / "tests" / "cluster" / "second_writer.py"),
-         cluster.master_url, master.master_addresses, "shared", str(first), str(count),
+         cluster.master_url, master.master_addresses, table, str(first), str(count),
          str(warehouse)],
-        capture_output=True, text=True, timeout=600, cwd=REPO)
+        capture_output=True, text=True, timeout=600, cwd=REPO, env=env)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     assert proc.returncode == 0 and lines, (
         f"the second writer failed (exit {proc.returncode}): {proc.stdout[-2000:]}"
@@ -72,7 +79,7 @@ def test_a_second_application_fences_the_first_and_no_acknowledged_row_is_lost(
     master: MasterProcessCluster, tmp_path: Path,
 ) -> None:
     with KuduContext(cluster_spark, master=master.master_addresses,
-                     warehouse=str(tmp_path / "a")) as kudu:
+                     warehouse=str(tmp_path / "a"), lease_s=0) as kudu:
         kudu.create_table("shared", STRUCT, keys=["id"], replicas=3)  # one tablet
         assert kudu.insert_rows(cluster_spark.createDataFrame(
             [(i, f"a{i}") for i in range(100)], STRUCT), "shared").rows_written == 100
@@ -80,7 +87,7 @@ def test_a_second_application_fences_the_first_and_no_acknowledged_row_is_lost(
         assert lead.node is not None
         first_term = lead.node.term
 
-        b = _second_writer(twin_cluster, master, 100, 100, tmp_path / "b")
+        b = _second_writer(twin_cluster, master, 100, 100, tmp_path / "b", lease_s=0)
         assert b["rows_written"] == 100
         terms = b["terms"]
         assert isinstance(terms, list) and terms and terms[0] > first_term, (terms, first_term)
@@ -104,5 +111,32 @@ def test_a_second_application_fences_the_first_and_no_acknowledged_row_is_lost(
         (lead,) = kudu._leaders.values()
         assert lead.node is not None and lead.node.term > terms[0]
         got = {r["id"]: r["v"] for r in kudu.read_table("shared").collect()}
+        assert sorted(got) == list(range(300))
+        assert got[150] == "b150" and got[250] == "a250" and got[50] == "a50"
+
+
+def test_with_leases_a_second_application_forwards_its_write_to_the_leading_one(
+    cluster_spark: SparkSession, twin_cluster: StandaloneCluster,
+    master: MasterProcessCluster, tmp_path: Path,
+) -> None:
+    with KuduContext(cluster_spark, master=master.master_addresses,
+                     warehouse=str(tmp_path / "a")) as kudu:
+        kudu.create_table("forwarded", STRUCT, keys=["id"], replicas=3)  # one tablet
+        assert kudu.insert_rows(cluster_spark.createDataFrame(
+            [(i, f"a{i}") for i in range(100)], STRUCT), "forwarded").rows_written == 100
+        (lead,) = kudu._leaders.values()
+        assert lead.node is not None
+        term = lead.node.term
+
+        b = _second_writer(twin_cluster, master, 100, 100, tmp_path / "b", table="forwarded")
+        # The other application's batches, staged by its executors on the shared hosts, were
+        # replicated by this one's leader: it led nothing and fenced nobody.
+        assert b["rows_written"] == 100 and b["terms"] == [], b
+        assert list(kudu._leaders.values()) == [lead] and lead.node.term == term
+
+        late = cluster_spark.createDataFrame([(i, f"a{i}") for i in range(200, 300)], STRUCT)
+        assert kudu.upsert_rows(late, "forwarded").rows_written == 100
+        assert lead.node.term == term
+        got = {r["id"]: r["v"] for r in kudu.read_table("forwarded").collect()}
         assert sorted(got) == list(range(300))
         assert got[150] == "b150" and got[250] == "a250" and got[50] == "a50"

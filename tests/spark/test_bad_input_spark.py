@@ -222,7 +222,10 @@ def test_a_fenced_writer_writes_nothing_and_the_next_write_elects_again(
     spark: SparkSession, tmp_path: Path,
 ) -> None:
     """Two KuduContexts of one application share a master and the tablet servers (same
-    warehouse): the second's election fences the first, whose write fails and leaves no row."""
+    warehouse) and take no leadership leases (``lease_s=0``; with leases the second would
+    forward to the first, ``test_leases.py``; without, as when a lease lapsed or the master
+    lost its lease table): the second's election fences the first, whose write fails and
+    leaves no row."""
     (port,) = free_ports(1)
     addr = f"127.0.0.1:{port}"
     fast = ReplicaOptions(tick_interval_s=0.02, election_ticks=15, heartbeat_ticks=2)
@@ -230,14 +233,14 @@ def test_a_fenced_writer_writes_nothing_and_the_next_write_elects_again(
                                              replica=fast)).start()
     wh = str(tmp_path / "wh")
     try:
-        with KuduContext(spark, master=addr, warehouse=wh) as first:
+        with KuduContext(spark, master=addr, warehouse=wh, lease_s=0) as first:
             first.create_table("shared", STRUCT, keys=["id"], replicas=3)  # one tablet
             first.insert_rows(spark.createDataFrame([(i, "a") for i in range(5)], STRUCT),
                               "shared")
             (lead_a,) = first._leaders.values()
             assert lead_a.node is not None
             term_a = lead_a.node.term
-            with KuduContext(spark, master=addr, warehouse=wh) as second:
+            with KuduContext(spark, master=addr, warehouse=wh, lease_s=0) as second:
                 assert {s.uuid for s in second.servers} == {s.uuid for s in first.servers}
                 second.upsert_rows(spark.createDataFrame([(i, "b") for i in range(5, 10)],
                                                          STRUCT), "shared")

@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clients", type=int, help="override the mode's client threads")
     p.add_argument("--sessions", type=int,
                    help="SparkSessions (each its own KuduContext, an independent writer) the "
-                        "client threads are spread over (default 1)")
+                        "client threads are spread over (default 2)")
     p.add_argument("--window-s", type=float, dest="fault_window_s",
                    help="override the mode's fault window (seconds)")
     p.add_argument("--no-lose-host", action="store_true",

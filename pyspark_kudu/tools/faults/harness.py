@@ -6,10 +6,13 @@ Shape of a run (``python -m pyspark_kudu.tools.faults --mode short --seed 1 --ou
 1. A :class:`StandaloneCluster` (``workers`` workers, 1 core each, data roots under
    ``DIR/spark``), a one-process master with a short tablet-server timeout
    (:mod:`.master`), one Spark application with ``sessions`` SparkSessions (the first and
-   ``newSession()``\\s of it), each with its own :class:`KuduContext`: independent writers,
-   each electing its own tablet leaders, so they fence each other by term all run long.
-   Only the first context heals. Reads are ``linearizable`` (``read_table``): a READ_LATEST
-   read may miss another writer's acknowledged writes, which the checker reports (it did).
+   ``newSession()``\\s of it), each with its own :class:`KuduContext`: independent clients.
+   A tablet is led by the client holding its leadership lease (:mod:`pyspark_kudu.spark.leases`);
+   the others forward their writes, read points and replication actions to it, so a tablet
+   copy is not fenced by the other writer (before leases the two fenced each other all run
+   long and healing starved). Only the first context runs the healer. Reads are
+   ``linearizable`` (``read_table``): a READ_LATEST read may miss another writer's
+   acknowledged writes, which the checker reports (it did).
 2. ``create_table`` of an RF=3 table hash-partitioned on ``id`` over a small key space.
 3. ``clients`` workload threads, each its own client id, client ``i`` on session
    ``i % sessions`` (two sessions of one application, **not** two applications: two driver
@@ -75,10 +78,8 @@ class HarnessConfig:
     seed: int = 1
     workers: int = 4
     clients: int = 2
-    # Independent writers (one KuduContext per SparkSession). 1 by default: with 2 the
-    # writers' leader ping-pong can starve healing past the replication deadline (seen in
-    # CI), a known limit of client-side leaders; ``--sessions 2`` runs it by hand.
-    sessions: int = 1
+    # Independent clients, one KuduContext per SparkSession of the application.
+    sessions: int = 2
     keys: int = 6
     buckets: int = 2
     replicas: int = 3
@@ -438,8 +439,9 @@ def run(cfg: HarnessConfig, outdir: Path, schedule: Sequence[FaultEvent] | None 
     errors: list[str] = []
     notes: list[str] = [
         f"{cfg.clients} client threads over {cfg.sessions} SparkSessions of one application, "
-        "each session with its own KuduContext (independent writers fencing each other); "
-        "two applications with twin clusters are too heavy for 2 cores",
+        "each session with its own KuduContext (independent clients; the lease holder of a "
+        "tablet leads it, the other forwards); two applications with twin clusters are too "
+        "heavy for 2 cores",
     ]
     cluster = StandaloneCluster(outdir / "spark", workers=cfg.workers, cores=1)
     disk_host: str | None = None

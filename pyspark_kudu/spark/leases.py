@@ -1,0 +1,152 @@
+"""One client's side of tablet leadership leases (:mod:`pyspark_kudu.master.leases`).
+
+Before leading a tablet (electing itself, proposing, changing its config) a client asks the
+master for the tablet's lease: granted, it leads as before; held by another live client, it
+*forwards* the work to that client's session service (``lead_commit``, ``lead_read``,
+``lead_heal``, :mod:`.session`) instead of electing itself and fencing the holder. So two
+writers of one tablet share one leader, as Kudu's clients share the tablet server that leads
+it, and a long config change (a tablet copy) is not fenced by another client's next write.
+
+The keeper renews, every third of the lease, the leases of tablets used in the last
+``idle_s`` (or in use now); an idle tablet's lease is left to lapse so that a client that
+stopped writing does not stay every other client's leader. :meth:`close` releases them all
+(another client takes over at once). If the master cannot be asked, the client leads the
+tablet itself: terms still fence (the behaviour without leases).
+
+Thread-safety: thread-safe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Iterator, Sequence
+
+from pyspark_kudu.errors import KuduError
+from pyspark_kudu.master.client import MasterClient
+from pyspark_kudu.spark.session import SessionAddress
+
+__all__ = ["DEFAULT_LEASE_S", "LEASE_CONF", "LeaseKeeper"]
+
+_log = logging.getLogger(__name__)
+
+LEASE_CONF = "spark.kudu.leaderLeaseSec"
+DEFAULT_LEASE_S = 10.0
+
+
+class LeaseKeeper:
+    """Acquires, renews and releases one client's tablet leases; ``ttl_s`` 0 turns leases
+    off (every tablet is led by this client, as without a lease table)."""
+
+    def __init__(self, master: MasterClient, client_id: str, endpoint: SessionAddress,
+                 ttl_s: float = DEFAULT_LEASE_S, idle_s: float | None = None) -> None:
+        self.master = master
+        self.client_id = client_id
+        self.endpoint = endpoint
+        self.ttl_s = ttl_s
+        self.idle_s = idle_s if idle_s is not None else 12 * ttl_s
+        self._lock = threading.Lock()
+        self._last_used: dict[str, float] = {}  # held tablets -> when last routed
+        self._busy: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if ttl_s > 0:
+            self._thread = threading.Thread(target=self._run, name="kudu-leases", daemon=True)
+            self._thread.start()
+
+    @property
+    def enabled(self) -> bool:
+        return self.ttl_s > 0
+
+    def route(self, tablet_ids: Sequence[str]) -> dict[str, SessionAddress | None]:
+        """Each tablet's leader client: None for this client (the lease is now held),
+        else the session service of the client that holds it."""
+        if not self.enabled or not tablet_ids:
+            return dict.fromkeys(tablet_ids)
+        try:
+            got = self.master.tablet_lease(self.client_id, tablet_ids, ttl_s=self.ttl_s,
+                                           endpoint=self.endpoint.to_dict())
+        except KuduError as e:  # no master to ask: lead ourselves, terms still fence
+            _log.warning("could not ask the master for the leases of %d tablets (%s): "
+                         "leading them without one", len(tablet_ids), e)
+            return dict.fromkeys(tablet_ids)
+        now = time.monotonic()
+        out: dict[str, SessionAddress | None] = {}
+        with self._lock:
+            for tid in tablet_ids:
+                lease = got.get(tid)
+                if lease is None or lease["client"] == self.client_id:
+                    self._last_used[tid] = now
+                    out[tid] = None
+                else:
+                    self._last_used.pop(tid, None)
+                    out[tid] = SessionAddress.from_dict(lease["endpoint"])
+        return out
+
+    @contextlib.contextmanager
+    def using(self, tablet_ids: Sequence[str]) -> Iterator[None]:
+        """Keep renewing these tablets' leases while the block runs, however long."""
+        with self._lock:
+            for tid in tablet_ids:
+                self._busy[tid] = self._busy.get(tid, 0) + 1
+        try:
+            yield
+        finally:
+            now = time.monotonic()
+            with self._lock:
+                for tid in tablet_ids:
+                    self._busy[tid] -= 1
+                    if not self._busy[tid]:
+                        del self._busy[tid]
+                    if tid in self._last_used:
+                        self._last_used[tid] = now
+
+    def holds(self, tablet_id: str) -> bool:
+        with self._lock:
+            return tablet_id in self._last_used
+
+    def _renew(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            keep = [t for t, used in self._last_used.items()
+                    if t in self._busy or now - used < self.idle_s]
+            idle = [t for t in self._last_used if t not in keep]
+            for t in idle:
+                del self._last_used[t]
+        if idle:
+            with contextlib.suppress(KuduError):
+                self.master.tablet_lease(self.client_id, idle, release=True)
+        if not keep:
+            return
+        try:
+            got = self.master.tablet_lease(self.client_id, keep, ttl_s=self.ttl_s,
+                                           endpoint=self.endpoint.to_dict())
+        except KuduError as e:  # the next route() asks again
+            _log.info("renewing %d tablet leases failed: %s", len(keep), e)
+            return
+        with self._lock:
+            for tid in keep:
+                lease = got.get(tid)
+                if lease is not None and lease["client"] != self.client_id:
+                    self._last_used.pop(tid, None)  # lapsed and taken: the holder leads
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.ttl_s / 3):
+            try:
+                self._renew()
+            except Exception:  # never let the keeper die: leases would lapse mid-copy
+                _log.exception("tablet lease renewal failed")
+
+    def close(self) -> None:
+        """Stop renewing and release every held lease (other clients take over at once)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+        with self._lock:
+            held = list(self._last_used)
+            self._last_used.clear()
+        if held:
+            with contextlib.suppress(KuduError):
+                self.master.tablet_lease(self.client_id, held, release=True, timeout_s=5.0)
