@@ -40,7 +40,11 @@ Where each piece runs (DESIGN §4) and what it does:
      the leader's log), a follower at that index as its snapshot, so a follower that has
      not applied it yet is skipped (like a replica that is missing, lagging or unreadable)
      and the next one is tried;
-  4. ``kudu.scanLocality=leader_only`` keeps only the reported leader.
+  4. ``kudu.scanLocality=leader_only`` keeps only the reported leader;
+  5. ``kudu.readMode=linearizable``: planning asks the session service for each tablet's
+     read point (its leading client commits an empty entry, ``KuduContext.read_points``)
+     and the task reads only that leader replica, up to that index (a replica whose log
+     ends before it refuses).
 
   If no replica is reachable the task fails with an error naming the table, the tablet,
   the host and why each replica was skipped, pointing to ``KuduContext.read_table()``,
@@ -171,11 +175,11 @@ class KuduDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         opts = parse_read_options(self.options)
-        _, info = self._describe(opts.table, opts.master)
+        client, info = self._describe(opts.table, opts.master)
         out = _read_schema(schema, info.schema, opts.table)
         # pyspark refuses a reader with pushFilters when pushdown is off: offer one without.
         cls = KuduReader if info.filter_pushdown else KuduScanReader
-        return cls(info, opts, out)
+        return cls(info, opts, out, client.address)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         opts = parse_write_options(self.options)
@@ -473,20 +477,24 @@ class TabletPartition(InputPartition):
     """One tablet to scan: replicas in order of preference, snapshot, known commit."""
 
     def __init__(self, tablet_id: str, replicas: tuple[ReplicaChoice, ...],
-                 snapshot: int | None, known_commit: int | None) -> None:
+                 snapshot: int | None, known_commit: int | None,
+                 require: bool = False) -> None:
         super().__init__(tablet_id)
         self.tablet_id = tablet_id
         self.replicas = replicas
         self.snapshot = snapshot
         self.known_commit = known_commit
+        self.require = require  # the replica's log must reach known_commit (linearizable)
 
 
 class KuduScanReader(DataSourceReader):
     """Reads a table without predicate pushdown (when Spark's pushdown conf is off)."""
 
-    def __init__(self, info: TableInfo, opts: ReadOptions, out: StructType) -> None:
+    def __init__(self, info: TableInfo, opts: ReadOptions, out: StructType,
+                 session: SessionAddress | None = None) -> None:
         self.info = info
         self.opts = opts
+        self.session = session
         self.columns = tuple(out.names)
         self.arrow_schema = to_arrow_schema(out, timezone="UTC")  # what Spark checks
         self.predicates: list[Predicate] = []
@@ -496,7 +504,20 @@ class KuduScanReader(DataSourceReader):
         partitioner = Partitioner(info.schema, PartitionSchema.from_dict(
             info.partition_schema, info.schema))
         out: list[InputPartition] = []
-        for pidx in partitioner.prune(self.predicates):
+        pruned = partitioner.prune(self.predicates)
+        if opts.read_mode == "linearizable":
+            if self.session is None:
+                raise IllegalStateError("a linearizable read needs the session service")
+            points = SessionClient(self.session).read_points(
+                opts.table, [info.tablets[p].tablet_id for p in pruned])
+            for pidx in pruned:
+                tid = info.tablets[pidx].tablet_id
+                ts, index = points[tid]
+                host, root = info.tservers.get(ts, ("", None))
+                out.append(TabletPartition(tid, (ReplicaChoice(ts, root, True, host),), None,
+                                           index, require=True))
+            return out
+        for pidx in pruned:
             t = info.tablets[pidx]
             ordered = sorted(t.replicas, key=lambda r: r != t.leader)  # leader first
             if opts.scan_locality == "leader_only" and t.leader:
@@ -541,7 +562,8 @@ class KuduScanReader(DataSourceReader):
             try:
                 streams = scan_replica(
                     root, partition.tablet_id, list(self.columns), self.predicates,
-                    snapshot, known, batch_rows=self.opts.batch_size)
+                    snapshot, known, batch_rows=self.opts.batch_size,
+                    require_index=known if partition.require else None)
             except (ServiceUnavailableError, NotFoundError, OSError) as e:
                 # Lagging behind the snapshot, no replica files here, or unreadable files.
                 tried.append(f"{choice.ts_uuid}: {type(e).__name__}: {e}")

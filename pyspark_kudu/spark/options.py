@@ -34,6 +34,12 @@ Decisions (DESIGN §6: names and defaults follow kudu-spark):
   every tablet's own log, so it is meaningful for one-tablet tables or for repeating a scan.
 - ``kudu.faultTolerantScan=true`` fixes each tablet's snapshot at planning time (the commit
   index this client knows), so retried scan tasks read the same rows.
+- ``kudu.readMode`` (beyond kudu-spark, whose reads are READ_LATEST or at a snapshot):
+  ``read_latest`` (default) or ``linearizable``, as ``KuduContext.read_table``'s
+  ``read_mode``: at planning time the tablets' leading client commits an empty entry per
+  tablet, and each scan task reads the leader replica up to it (every write acknowledged
+  before the query was planned, by any writer, is visible). Not combinable with
+  ``kudu.snapshotIndex`` or ``kudu.faultTolerantScan``; ``kudu.scanLocality`` does not apply.
 - ``kudu.splitSizeBytes``: validated, but scans stay one Spark partition per tablet. Kudu
   splits a tablet by asking its tablet server for key ranges of about that size
   (``SplitKeyRange``, computed from rowset statistics) while the scan is planned. Here a
@@ -125,10 +131,11 @@ _KNOWN = (
     "kudu.repartition", "kudu.repartition.sort", "kudu.handleSchemaDrift", "kudu.streamId",
     # reads
     "kudu.scanLocality", "kudu.snapshotIndex", "kudu.snapshotTimestampMicros",
-    "kudu.faultTolerantScan", "kudu.splitSizeBytes",
+    "kudu.faultTolerantScan", "kudu.splitSizeBytes", "kudu.readMode",
 )
 _CANONICAL = {k.lower(): k for k in _KNOWN}
 _LOCALITIES = ("closest_replica", "leader_only")
+_READ_MODES = ("read_latest", "linearizable")
 
 
 @dataclass(frozen=True)
@@ -157,6 +164,7 @@ class ReadOptions:
     fault_tolerant: bool = False
     split_size_bytes: int | None = None
     batch_size: int = DEFAULT_BATCH_SIZE
+    read_mode: str = "read_latest"
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
@@ -269,12 +277,21 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
         raise InvalidArgumentError(
             f"unknown kudu.scanLocality {locality!r}: use one of {list(_LOCALITIES)}")
     batch = _parse_int("kudu.batchSize", _get(options, "kudu.batchSize"), minimum=1)
+    mode = (_get(options, "kudu.readMode") or "read_latest").strip().lower()
+    if mode not in _READ_MODES:
+        raise InvalidArgumentError(
+            f"unknown kudu.readMode {mode!r}: use one of {list(_READ_MODES)} (a snapshot "
+            f"read is kudu.snapshotIndex)")
+    fault_tolerant = parse_bool("kudu.faultTolerantScan", _get(options, "kudu.faultTolerantScan"))
+    snapshot_index = _parse_int("kudu.snapshotIndex", _get(options, "kudu.snapshotIndex"),
+                                minimum=0)
+    if mode == "linearizable" and (fault_tolerant or snapshot_index is not None):
+        raise InvalidArgumentError(
+            "kudu.readMode=linearizable reads the latest committed state; it cannot be "
+            "combined with kudu.snapshotIndex or kudu.faultTolerantScan")
     return ReadOptions(
         table=table, master=_master(options), scan_locality=locality,
-        snapshot_index=_parse_int("kudu.snapshotIndex", _get(options, "kudu.snapshotIndex"),
-                                  minimum=0),
-        fault_tolerant=parse_bool("kudu.faultTolerantScan",
-                                  _get(options, "kudu.faultTolerantScan")),
+        snapshot_index=snapshot_index, fault_tolerant=fault_tolerant, read_mode=mode,
         split_size_bytes=_parse_int("kudu.splitSizeBytes",
                                     _get(options, "kudu.splitSizeBytes"), minimum=1),
         batch_size=DEFAULT_BATCH_SIZE if batch is None else batch,

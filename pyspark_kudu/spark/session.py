@@ -14,6 +14,8 @@ the data source calls it:
 ``abort``          discard the staging of a failed write
 ``commit_stream``  ``commit`` of one streaming micro-batch, exactly once per
                    ``(table, stream id, batch id)`` (see below)
+``read_points``    per tablet, the leader replica and an empty entry's index committed after
+                   the call began (``kudu.readMode=linearizable``)
 ``lead_commit``    another client's staged batches, for tablets this client holds the
                    leadership lease of (:mod:`.leases`); the caller discards its staging
 ``lead_read``      linearizable read points of tablets this client leads
@@ -314,6 +316,12 @@ class SessionClient:
             "refs": _b64(refs), "bad_rows": list(bad_rows), "write_ids": list(write_ids)})
         return None if out is None else _summary(out)
 
+    def read_points(self, table: str, tablet_ids: Sequence[str]) -> dict[str, tuple[str, int]]:
+        """Per tablet: the leader replica and an index committed after this call began
+        (asked of the leading client if another one leads)."""
+        out = self.call("read_points", {"table": table, "tablet_ids": list(tablet_ids)})
+        return {str(t): (str(ts), int(i)) for t, (ts, i) in out.items()}
+
     def lead_commit(self, table: str, refs: Sequence[bytes], bad_rows: Sequence[str] = ()
                     ) -> WriteSummary:
         """Have this service's client replicate staged batches of tablets it leads."""
@@ -478,10 +486,10 @@ class SessionService:
             case "lead_commit":
                 return asdict(self._kudu.commit_staged(str(body["table"]), _refs(body),
                                                        _bad(body), forwarded=True))
-            case "lead_read":
+            case "read_points" | "lead_read":
                 points = self._kudu.read_points(str(body["table"]),
                                                 [str(t) for t in body["tablet_ids"]],
-                                                forwarded=True)
+                                                forwarded=method == "lead_read")
                 return {t: [ts, i] for t, (ts, i) in points.items()}
             case "lead_heal":
                 done = self._kudu.execute_replication_actions(

@@ -361,6 +361,37 @@ def test_a_snapshot_index_reads_the_tablet_as_of_that_log_index(
     assert rows(load(spark, table, **{"kudu.faultTolerantScan": "true"})) == latest
 
 
+def test_a_linearizable_read_commits_a_read_point_per_tablet_and_reads_the_leader_up_to_it(
+    spark: SparkSession, ctx: KuduContext,
+) -> None:
+    from pyspark_kudu.consensus.messages import EntryType
+    from pyspark_kudu.spark.peer import replica_storage
+
+    table = new_table(ctx)
+    everything = [(i, f"v{i}") for i in range(30)]
+    save(spark.createDataFrame(everything, STRUCT), table)
+    tablets = [t.tablet_id for t in ctx.master.get_table(table).tablets]
+    before = {}
+    roots = {s.uuid: s.root for s in ctx.servers}
+    for tid in tablets:
+        lead = ctx._leaders[tid]
+        with replica_storage(roots[lead.leader_id] or "", tid) as st:
+            before[tid] = st.last_index()
+    got = load(spark, table, **{"kudu.readMode": "linearizable"}).where("id >= 0")
+    assert rows(got) == everything
+    for tid in tablets:
+        lead = ctx._leaders[tid]
+        assert lead.node is not None
+        with replica_storage(roots[lead.leader_id] or "", tid) as st:
+            last = st.entries(before[tid] + 1, st.last_index() + 1)
+        # Planning committed one empty entry per tablet (one per query planned): the read
+        # point each scan task read up to.
+        assert last and all((e.type, e.data) == (EntryType.NORMAL, b"") for e in last), last
+    with pytest.raises(Exception, match="cannot be combined"):
+        load(spark, table, **{"kudu.readMode": "linearizable",
+                              "kudu.snapshotIndex": "1"}).collect()
+
+
 def test_a_narrower_read_schema_projects_columns(spark: SparkSession, ranged: str) -> None:
     df = spark.read.format("kudu").schema("id long, n int").option("kudu.table", ranged).load()
     got = rows(df.where("id < 3"))

@@ -166,6 +166,9 @@ def test_read_defaults_and_values() -> None:
         "kudu.faultTolerantScan": "true", "kudu.splitSizeBytes": "1048576"}))
     assert (r.scan_locality, r.snapshot_index, r.fault_tolerant, r.split_size_bytes) == (
         "leader_only", 12, True, 1048576)
+    assert r.read_mode == "read_latest"
+    assert parse_read_options(opts(**{"kudu.readMode": " Linearizable"})).read_mode == (
+        "linearizable")
 
 
 def test_bad_read_options_are_refused() -> None:
@@ -174,6 +177,11 @@ def test_bad_read_options_are_refused() -> None:
     with pytest.raises(InvalidArgumentError,
                        match=re.escape("unknown kudu.scanLocality 'nearest'")):
         parse_read_options(opts(**{"kudu.scanLocality": "nearest"}))
+    with pytest.raises(InvalidArgumentError, match=re.escape("unknown kudu.readMode 'latest'")):
+        parse_read_options(opts(**{"kudu.readMode": "latest"}))
+    for clash in ({"kudu.snapshotIndex": "3"}, {"kudu.faultTolerantScan": "true"}):
+        with pytest.raises(InvalidArgumentError, match="cannot be combined"):
+            parse_read_options(opts(**{"kudu.readMode": "linearizable", **clash}))
     with pytest.raises(InvalidArgumentError, match=re.escape("kudu.splitSizeBytes must be >= 1")):
         parse_read_options(opts(**{"kudu.splitSizeBytes": "0"}))
     with pytest.raises(InvalidArgumentError, match=re.escape(MISSING_TABLE_MESSAGE)):
