@@ -255,7 +255,8 @@ class KuduContext(ReplicaManagement):
         self.leases = LeaseKeeper(
             self.master, self.client_id, self.session_service.address,
             ttl_s=lease_s if lease_s is not None else float(
-                conf.get(LEASE_CONF, str(DEFAULT_LEASE_S)) or DEFAULT_LEASE_S))
+                conf.get(LEASE_CONF, str(DEFAULT_LEASE_S)) or DEFAULT_LEASE_S),
+            alive=lambda: sc._jsc is not None)
         self.healer = Healer(
             self, interval_s=heal_interval_s or float(conf.get(HEAL_INTERVAL_CONF, "5") or 5),
             max_moves=int(conf.get(HEAL_MAX_MOVES_CONF, "4") or 4),

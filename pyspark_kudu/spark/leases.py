@@ -10,8 +10,10 @@ it, and a long config change (a tablet copy) is not fenced by another client's n
 The keeper renews, every third of the lease, the leases of tablets used in the last
 ``idle_s`` (or in use now); an idle tablet's lease is left to lapse so that a client that
 stopped writing does not stay every other client's leader. :meth:`close` releases them all
-(another client takes over at once). If the master cannot be asked, the client leads the
-tablet itself: terms still fence (the behaviour without leases).
+(another client takes over at once), and leases stop being renewed once ``alive()`` says
+the client can no longer lead (its SparkContext stopped without the context being closed),
+so they lapse. If the master cannot be asked, the client leads the tablet itself: terms
+still fence (the behaviour without leases).
 
 Thread-safety: thread-safe.
 """
@@ -22,7 +24,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from pyspark_kudu.errors import KuduError
 from pyspark_kudu.master.client import MasterClient
@@ -41,8 +43,10 @@ class LeaseKeeper:
     off (every tablet is led by this client, as without a lease table)."""
 
     def __init__(self, master: MasterClient, client_id: str, endpoint: SessionAddress,
-                 ttl_s: float = DEFAULT_LEASE_S, idle_s: float | None = None) -> None:
+                 ttl_s: float = DEFAULT_LEASE_S, idle_s: float | None = None,
+                 alive: Callable[[], bool] = lambda: True) -> None:
         self.master = master
+        self.alive = alive
         self.client_id = client_id
         self.endpoint = endpoint
         self.ttl_s = ttl_s
@@ -108,6 +112,10 @@ class LeaseKeeper:
             return tablet_id in self._last_used
 
     def _renew(self) -> None:
+        if not self.alive():  # cannot lead any more: let every lease lapse
+            with self._lock:
+                self._last_used.clear()
+            return
         now = time.monotonic()
         with self._lock:
             keep = [t for t, used in self._last_used.items()

@@ -3,6 +3,8 @@ the master service of a real one-replica master (embedded, in process)."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -54,3 +56,72 @@ def test_the_master_service_grants_one_holder_per_tablet(tmp_path: Path) -> None
         assert client.tablet_lease("b", ["t1"], ttl_s=30.0, endpoint=B)["t1"]["client"] == "b"
         with pytest.raises(InvalidArgumentError, match="malformed tablet_lease"):
             client.call("tablet_lease", {"client": "a"})
+
+
+def _wait(cond: Callable[[], bool], what: str, deadline_s: float = 10.0) -> None:
+    end = time.monotonic() + deadline_s
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError(f"{what} did not happen within {deadline_s} s")
+        time.sleep(0.05)  # polling a condition under a deadline
+
+
+def test_the_client_keeper_routes_renews_lets_idle_leases_lapse_and_releases(
+    tmp_path: Path,
+) -> None:
+    from pyspark_kudu.spark.leases import LeaseKeeper
+    from pyspark_kudu.spark.session import SessionAddress
+
+    a_addr = SessionAddress("127.0.0.1", 1, "sa")
+    b_addr = SessionAddress("127.0.0.1", 2, "sb")
+    with EmbeddedMaster(str(tmp_path), 1) as master, master.client() as client:
+        # Leases of 2 s, renewed every 0.67 s: a renewal would have to be late by 1.3 s
+        # for one to lapse by accident.
+        a = LeaseKeeper(client, "a", a_addr, ttl_s=2.0, idle_s=3.0)
+        b = LeaseKeeper(client, "b", b_addr, ttl_s=2.0)
+        off = LeaseKeeper(client, "off", b_addr, ttl_s=0)
+        try:
+            assert a.route(["t1", "t2"]) == {"t1": None, "t2": None}
+            assert a.holds("t1") and not b.holds("t1")
+            # The other client is told where to forward (secret included, kept from repr).
+            assert b.route(["t1", "t3"]) == {"t1": a_addr, "t3": None}
+            assert b.route(["t1"])["t1"].secret == "sa"
+            # Renewed past several leases while in use, however long the use lasts.
+            with a.using(["t1"]):
+                time.sleep(4.5)  # longer than idle_s and two leases: the use goes on
+                assert b.route(["t1"]) == {"t1": a_addr}
+            # Idle longer than idle_s: released, and the other client takes over.
+            _wait(lambda: b.route(["t1"])["t1"] is None, "the idle lease lapsing")
+            assert not a.holds("t1") and a.route(["t1"]) == {"t1": b_addr}
+            # Leases off: every tablet is led here, nothing is asked of the master.
+            assert off.route(["t1", "t3"]) == {"t1": None, "t3": None}
+            # Closing releases at once.
+            b.close()
+            assert a.route(["t1", "t3"]) == {"t1": None, "t3": None}
+        finally:
+            a.close()
+            b.close()
+            off.close()
+
+
+def test_a_keeper_whose_client_cannot_lead_any_more_lets_its_leases_lapse(
+    tmp_path: Path,
+) -> None:
+    from pyspark_kudu.spark.leases import LeaseKeeper
+    from pyspark_kudu.spark.session import SessionAddress
+
+    alive = [True]
+    with EmbeddedMaster(str(tmp_path), 1) as master, master.client() as client:
+        a = LeaseKeeper(client, "a", SessionAddress("127.0.0.1", 1, "sa"), ttl_s=1.5,
+                        alive=lambda: alive[0])
+        b = LeaseKeeper(client, "b", SessionAddress("127.0.0.1", 2, "sb"), ttl_s=1.5)
+        try:
+            with a.using(["t1"]):
+                assert a.route(["t1"]) == {"t1": None}
+                time.sleep(2.0)  # past the first lease: renewed
+                assert b.route(["t1"])["t1"] is not None
+                alive[0] = False  # e.g. its SparkContext stopped under an open context
+                _wait(lambda: b.route(["t1"])["t1"] is None, "the dead client's lease lapsing")
+        finally:
+            a.close()
+            b.close()
