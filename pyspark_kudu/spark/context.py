@@ -714,7 +714,7 @@ class KuduContext(ReplicaManagement):
                 f"client {self.client_id} does not lead tablets {sorted(remote)} (their "
                 f"leases are another client's now): route the request again")
         with self._lock:
-            for t in set(remote) | (fresh - set(remote)):
+            for t in remote.keys() | fresh:
                 self._leaders.pop(t, None)
         own = [t for t in tablet_ids if t not in remote]
         return (self._leaders_for(locs, own, exclude=exclude) if own else {}), remote

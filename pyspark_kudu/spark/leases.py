@@ -75,6 +75,10 @@ class LeaseKeeper:
         except KuduError as e:  # no master to ask: lead ourselves, terms still fence
             _log.warning("could not ask the master for the leases of %d tablets (%s): "
                          "leading them without one", len(tablet_ids), e)
+            now = time.monotonic()
+            with self._lock:  # as if held: renewal asks again once the master is back
+                for tid in tablet_ids:
+                    self._last_used[tid] = now
             return dict.fromkeys(tablet_ids)
         now = time.monotonic()
         out: dict[str, SessionAddress | None] = {}
@@ -108,6 +112,8 @@ class LeaseKeeper:
                         self._last_used[tid] = now
 
     def holds(self, tablet_id: str) -> bool:
+        """Whether this client leads the tablet as far as it knows: it was granted the lease
+        (or could not ask the master) and has not seen another client take it since."""
         with self._lock:
             return tablet_id in self._last_used
 

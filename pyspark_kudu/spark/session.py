@@ -29,8 +29,10 @@ before proposing anything, and the caller routes again.
 
 Decisions:
 
-- **Transport**: a threaded TCP server bound to ``127.0.0.1`` on an ephemeral port, one
-  request per connection, length-prefixed JSON. Chosen over Arrow Flight because the callers
+- **Transport**: a threaded TCP server bound to ``127.0.0.1`` (or the address in
+  ``spark.kudu.sessionService.host``, for clients in other hosts' drivers that forward to
+  this one, :mod:`.leases`) on an ephemeral port, one request per connection,
+  length-prefixed JSON. Chosen over Arrow Flight because the callers
   are short-lived Python workers forked by Spark (no gRPC threads to start in them) and the
   bodies are small JSON documents; a call may take as long as a replication round, so the
   connection has no read deadline once authenticated.
@@ -99,6 +101,7 @@ if TYPE_CHECKING:  # pragma: no cover - the context imports Spark; workers need 
 
 __all__ = [
     "FILTER_PUSHDOWN_CONF",
+    "SERVICE_HOST_CONF",
     "SessionAddress",
     "SessionClient",
     "SessionService",
@@ -112,6 +115,7 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+SERVICE_HOST_CONF = "spark.kudu.sessionService.host"
 _MAGIC = b"KSS1"
 _LEN = struct.Struct(">I")
 _MAX_FRAME = 1 << 30  # refs are ~200 bytes each: a billion-row write stays far below this
@@ -432,17 +436,23 @@ class _Handler(socketserver.BaseRequestHandler):
 class SessionService:
     """Serves one :class:`KuduContext` to the ``kudu`` data source (see the module docstring).
 
-    Listens on ``127.0.0.1`` only, on an ephemeral port, from construction until
-    :meth:`close`.
+    Listens on ``host`` (default ``127.0.0.1``) only, on an ephemeral port, from
+    construction until :meth:`close`.
     """
 
-    def __init__(self, kudu: KuduContext, *, secret: str | None = None) -> None:
+    def __init__(self, kudu: KuduContext, *, secret: str | None = None,
+                 host: str = "127.0.0.1") -> None:
         self._kudu = kudu
         self.secret = secret or secrets.token_hex(32)
         self._ledger = StreamLedger(kudu.warehouse)
         self._locks_guard = threading.Lock()
         self._stream_locks: dict[tuple[str, str], threading.Lock] = {}
-        self._server = _Server(("127.0.0.1", 0), _Handler)
+        try:
+            self._server = _Server((host, 0), _Handler)
+        except OSError as e:
+            raise InvalidArgumentError(
+                f"{SERVICE_HOST_CONF}={host!r}: the kudu session service cannot listen there "
+                f"({e}); name an address of this driver host") from e
         self._server.service = self
         self._thread = threading.Thread(target=self._server.serve_forever,
                                         name="kudu-session-service", daemon=True)
@@ -606,7 +616,8 @@ def register(kudu: KuduContext) -> SessionService:
     # Imported here: the data source module imports this one for the client side.
     from pyspark_kudu.spark.datasource import bound_source
 
-    service = SessionService(kudu)
+    conf = kudu.spark.sparkContext.getConf()
+    service = SessionService(kudu, host=conf.get(SERVICE_HOST_CONF, "127.0.0.1") or "127.0.0.1")
     try:
         with _active(kudu.spark):
             kudu.spark.dataSource.register(bound_source(service.address))

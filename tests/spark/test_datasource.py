@@ -436,6 +436,24 @@ def test_the_session_service_listens_on_loopback_and_refuses_a_wrong_secret(
     assert address.secret not in repr(address)
 
 
+def test_the_session_service_listens_on_the_configured_host_only(
+    kudu: tuple[KuduContext, SessionService], ranged: str,
+) -> None:
+    # 127.0.0.2 stands for another address of the driver host (tests bind loopback only).
+    ctx = kudu[0]
+    with SessionService(ctx, host="127.0.0.2") as other:
+        address = other.address
+        assert address.host == "127.0.0.2"
+        assert SessionClient(address).describe(ranged).table == ranged
+        with socket.socket() as s:
+            s.settimeout(2)
+            assert s.connect_ex(("127.0.0.1", address.port)) != 0
+    with pytest.raises(InvalidArgumentError, match="spark.kudu.sessionService.host="
+                                                   "'203.0.113.254': the kudu session service "
+                                                   "cannot listen there"):
+        SessionService(ctx, host="203.0.113.254")  # TEST-NET-3: not an address of this host
+
+
 def test_a_closed_session_is_reported_as_unreachable(
     kudu: tuple[KuduContext, SessionService],
 ) -> None:

@@ -125,3 +125,21 @@ def test_a_keeper_whose_client_cannot_lead_any_more_lets_its_leases_lapse(
         finally:
             a.close()
             b.close()
+
+
+def test_without_a_master_to_ask_the_client_leads_and_keeps_its_leaders() -> None:
+    from pyspark_kudu.master.client import MasterClient
+    from pyspark_kudu.master.localcluster import free_ports
+    from pyspark_kudu.spark.leases import LeaseKeeper
+    from pyspark_kudu.spark.session import SessionAddress
+
+    (port,) = free_ports(1)  # nothing listens there
+    with MasterClient(f"127.0.0.1:{port}", timeout_s=1.0, rpc_timeout_s=0.5) as client:
+        keeper = LeaseKeeper(client, "a", SessionAddress("127.0.0.1", 1, "s"), ttl_s=30.0)
+        try:
+            assert keeper.route(["t1", "t2"]) == {"t1": None, "t2": None}
+            # Counted as held, so the context keeps its cached leaders (terms still fence)
+            # instead of electing itself again at every write while the master is away.
+            assert keeper.holds("t1") and keeper.holds("t2")
+        finally:
+            keeper.close()
