@@ -54,6 +54,18 @@ def test_short_fault_run_finds_no_violation_and_writes_its_report(tmp_path: Path
         assert applied and applied[0]["start"] is not None, (kind, report["faults"])
     counts = report["counts"]
     assert counts["acknowledged_writes"] > 0 and counts["by_kind"].get("read"), counts
+    # Two SparkSessions, each its own KuduContext (one leads, the other forwards to it):
+    # clients c0 and c1 write through different sessions, and both had writes acknowledged.
+    assert report["config"]["sessions"] == 2, report["config"]
+    invoked: dict[int, tuple[str, str]] = {}
+    acked: set[str] = set()
+    for line in (out / "history.jsonl").read_text(encoding="utf-8").splitlines():
+        ev = json.loads(line)
+        if ev.get("type") == "invoke":
+            invoked[ev["id"]] = (ev["client"], ev["kind"])
+        elif ev.get("type") == "ok" and invoked.get(ev["id"], ("", "read"))[1] != "read":
+            acked.add(invoked[ev["id"]][0])
+    assert {"c0", "c1"} <= acked, acked
     # The healer brought the cluster back to full replication (a lost host included).
     restored = report["replication"]["time_to_full_replication_s"]
     assert isinstance(restored, float | int), restored

@@ -4,6 +4,7 @@ tablets through one master; the second forwards to the first instead of fencing 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from pyspark_kudu.master.replica import ReplicaOptions
 from pyspark_kudu.master.server import MasterServer, MasterServerConfig
 from pyspark_kudu.partitioning import HashDimension, PartitionSchema
 from pyspark_kudu.spark.context import KuduContext, WriteProgress
+from pyspark_kudu.spark.session import SessionAddress
 
 STRUCT = StructType([StructField("id", LongType(), False), StructField("v", StringType(), True)])
 HASH2 = PartitionSchema((HashDimension(("id",), 2),))
@@ -107,3 +109,38 @@ def test_a_second_client_forwards_to_the_lease_holder_and_takes_over_when_it_clo
             assert final == {**lin, **late}
     finally:
         first.close()
+
+
+def test_a_holder_that_is_gone_or_no_longer_leads_is_routed_around_once_its_lease_lapses(
+    spark: SparkSession, master_address: str, tmp_path: Path,
+) -> None:
+    """The holder's process died without releasing (nothing listens at its address), or the
+    address answers but that client does not hold the lease (``NotLeaderError``): nothing is
+    proposed there, and the writer routes again until the lease lapses, then leads."""
+    wh = str(tmp_path / "wh")
+    with KuduContext(spark, master=master_address, warehouse=wh, heal=False) as creator:
+        for name in ("gone", "moved"):
+            creator.create_table(name, STRUCT, keys=["id"], replicas=3, partitioning=HASH2)
+    # The creator closed: its leases are released. Plant leases of clients that cannot lead.
+    with KuduContext(spark, master=master_address, warehouse=wh, heal=False) as bystander, \
+            KuduContext(spark, master=master_address, warehouse=wh, heal=False) as writer:
+        gone = [t.tablet_id for t in writer.master.get_table("gone").tablets]
+        moved = [t.tablet_id for t in writer.master.get_table("moved").tablets]
+        (dead_port,) = free_ports(1)
+        lapse_s = 4.0
+        writer.master.tablet_lease("ghost", gone, ttl_s=lapse_s, endpoint=SessionAddress(
+            "127.0.0.1", dead_port, "x").to_dict())
+        writer.master.tablet_lease("ghost", moved, ttl_s=lapse_s,
+                                   endpoint=bystander.session_service.address.to_dict())
+        t0 = time.monotonic()
+        for name in ("gone", "moved"):
+            rows = [(i, name) for i in range(10)]
+            got = writer.upsert_rows(spark.createDataFrame(rows, STRUCT), name)
+            assert got.rows_written == 10
+            assert {r["id"]: r["v"] for r in writer.read_table(name).collect()} == dict(rows)
+        # Nothing could be written before the planted leases lapsed.
+        assert time.monotonic() - t0 >= lapse_s - 0.5
+        assert set(writer._leaders) == set(gone) | set(moved)
+        assert bystander._leaders == {}  # it refused the forwarded write without leading
+        holders = writer.master.tablet_lease("someone", gone + moved, ttl_s=1.0)
+        assert {h["client"] for h in holders.values()} == {writer.client_id}
