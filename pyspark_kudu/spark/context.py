@@ -600,6 +600,8 @@ class KuduContext(ReplicaManagement):
                 failed = True
                 with self._lock:
                     self._leaders.pop(tid, None)  # elect again next time
+                if isinstance(e, FencedError):
+                    self.leases.distrust(tid)  # someone else led: is the lease still ours?
                 kind = FencedError if isinstance(e, FencedError) else RoundFailedError
                 tally.fail(kind(
                     f"table {table}: the write to tablet {tid} was not acknowledged ({e}); "

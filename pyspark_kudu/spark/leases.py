@@ -7,6 +7,11 @@ master for the tablet's lease: granted, it leads as before; held by another live
 writers of one tablet share one leader, as Kudu's clients share the tablet server that leads
 it, and a long config change (a tablet copy) is not fenced by another client's next write.
 
+A lease this client holds is trusted without asking the master again while at least a
+third of it is left, counted from *before* the request that granted or renewed it (so this
+client stops trusting it before the master, which counts from when it received the
+request, can grant it to another): routing a write costs no master request then.
+
 The keeper renews, every third of the lease, the leases of tablets used in the last
 ``idle_s`` (or in use now); an idle tablet's lease is left to lapse so that a client that
 stopped writing does not stay every other client's leader. :meth:`close` releases them all
@@ -25,6 +30,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from pyspark_kudu.errors import KuduError
 from pyspark_kudu.master.client import MasterClient
@@ -53,6 +59,7 @@ class LeaseKeeper:
         self.idle_s = idle_s if idle_s is not None else 12 * ttl_s
         self._lock = threading.Lock()
         self._last_used: dict[str, float] = {}  # held tablets -> when last routed
+        self._valid_until: dict[str, float] = {}  # held tablets -> trusted until (monotonic)
         self._busy: dict[str, int] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -69,6 +76,12 @@ class LeaseKeeper:
         else the session service of the client that holds it."""
         if not self.enabled or not tablet_ids:
             return dict.fromkeys(tablet_ids)
+        sent = time.monotonic()
+        with self._lock:
+            if all(self._valid_until.get(t, 0.0) > sent + self.ttl_s / 3 for t in tablet_ids):
+                for tid in tablet_ids:
+                    self._last_used[tid] = sent
+                return dict.fromkeys(tablet_ids)
         try:
             got = self.master.tablet_lease(self.client_id, tablet_ids, ttl_s=self.ttl_s,
                                            endpoint=self.endpoint.to_dict())
@@ -87,11 +100,22 @@ class LeaseKeeper:
                 lease = got.get(tid)
                 if lease is None or lease["client"] == self.client_id:
                     self._last_used[tid] = now
+                    self._trust(tid, lease, sent)
                     out[tid] = None
                 else:
-                    self._last_used.pop(tid, None)
+                    self._drop(tid)
                     out[tid] = SessionAddress.from_dict(lease["endpoint"])
         return out
+
+    def _trust(self, tid: str, lease: dict[str, Any] | None, sent: float) -> None:
+        if lease is None:
+            self._valid_until.pop(tid, None)
+        else:
+            self._valid_until[tid] = sent + min(self.ttl_s, float(lease["expires_in_s"]))
+
+    def _drop(self, tid: str) -> None:
+        self._last_used.pop(tid, None)
+        self._valid_until.pop(tid, None)
 
     @contextlib.contextmanager
     def using(self, tablet_ids: Sequence[str]) -> Iterator[None]:
@@ -111,6 +135,12 @@ class LeaseKeeper:
                     if tid in self._last_used:
                         self._last_used[tid] = now
 
+    def distrust(self, tablet_id: str) -> None:
+        """Ask the master again on the next :meth:`route` (e.g. this client was fenced: a
+        new leader master may have granted the tablet to another client)."""
+        with self._lock:
+            self._valid_until.pop(tablet_id, None)
+
     def holds(self, tablet_id: str) -> bool:
         """Whether this client leads the tablet as far as it knows: it was granted the lease
         (or could not ask the master) and has not seen another client take it since."""
@@ -121,6 +151,7 @@ class LeaseKeeper:
         if not self.alive():  # cannot lead any more: let every lease lapse
             with self._lock:
                 self._last_used.clear()
+                self._valid_until.clear()
             return
         now = time.monotonic()
         with self._lock:
@@ -128,12 +159,13 @@ class LeaseKeeper:
                     if t in self._busy or now - used < self.idle_s]
             idle = [t for t in self._last_used if t not in keep]
             for t in idle:
-                del self._last_used[t]
+                self._drop(t)
         if idle:
             with contextlib.suppress(KuduError):
                 self.master.tablet_lease(self.client_id, idle, release=True)
         if not keep:
             return
+        sent = time.monotonic()
         try:
             got = self.master.tablet_lease(self.client_id, keep, ttl_s=self.ttl_s,
                                            endpoint=self.endpoint.to_dict())
@@ -144,7 +176,9 @@ class LeaseKeeper:
             for tid in keep:
                 lease = got.get(tid)
                 if lease is not None and lease["client"] != self.client_id:
-                    self._last_used.pop(tid, None)  # lapsed and taken: the holder leads
+                    self._drop(tid)  # lapsed and taken: the holder leads
+                elif tid in self._last_used:
+                    self._trust(tid, lease, sent)
 
     def _run(self) -> None:
         while not self._stop.wait(self.ttl_s / 3):
@@ -161,6 +195,7 @@ class LeaseKeeper:
         with self._lock:
             held = list(self._last_used)
             self._last_used.clear()
+            self._valid_until.clear()
         if held:
             with contextlib.suppress(KuduError):
                 self.master.tablet_lease(self.client_id, held, release=True, timeout_s=5.0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -143,3 +144,40 @@ def test_without_a_master_to_ask_the_client_leads_and_keeps_its_leaders() -> Non
             assert keeper.holds("t1") and keeper.holds("t2")
         finally:
             keeper.close()
+
+
+class _Counting:
+    """A master client that counts lease requests (and forwards them to the real one)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.calls = 0
+
+    def tablet_lease(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        return self.client.tablet_lease(*args, **kwargs)
+
+
+def test_a_held_lease_is_trusted_without_asking_while_a_third_of_it_is_left(
+    tmp_path: Path,
+) -> None:
+    from pyspark_kudu.spark.leases import LeaseKeeper
+    from pyspark_kudu.spark.session import SessionAddress
+
+    with EmbeddedMaster(str(tmp_path), 1) as master, master.client() as client:
+        counting = _Counting(client)
+        a = LeaseKeeper(counting, "a", SessionAddress("127.0.0.1", 1, "sa"),  # type: ignore[arg-type]
+                        ttl_s=60.0)
+        try:
+            assert a.route(["t1", "t2"]) == {"t1": None, "t2": None} and counting.calls == 1
+            for _ in range(5):  # writes to held tablets: no master request
+                assert a.route(["t1"]) == {"t1": None}
+            assert counting.calls == 1
+            assert a.route(["t1", "t3"]) == {"t1": None, "t3": None}  # t3 is new: ask
+            assert counting.calls == 2
+            a.distrust("t1")  # e.g. fenced: ask again
+            assert a.route(["t1"]) == {"t1": None} and counting.calls == 3
+            # Another client sees a's leases as held all along.
+            assert client.tablet_lease("b", ["t1", "t2", "t3"], ttl_s=1.0)["t2"]["client"] == "a"
+        finally:
+            a.close()
