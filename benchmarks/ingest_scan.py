@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -37,10 +36,8 @@ from pyspark.sql.types import StructField, StructType
 from pyspark_kudu.partitioning import HashDimension, Partitioner, PartitionSchema
 from pyspark_kudu.schema import Predicate
 from pyspark_kudu.spark.context import KuduContext
-from pyspark_kudu.spark.daemon import SESSION_CONF
 from pyspark_kudu.spark.peer import tablet_dir
-from pyspark_kudu.spark.pinned import executor_hosts
-from pyspark_kudu.spark.standalone import StandaloneCluster
+from pyspark_kudu.spark.standalone import StandaloneCluster, cluster_session
 from pyspark_kudu.tablet.superblock import Superblock
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -74,23 +71,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=2_000_000)
     ap.add_argument("--workers", type=int, default=6)
     args = ap.parse_args(argv)
-    os.environ["PYSPARK_PYTHON"] = sys.executable
     base = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
     r: dict[str, Any] = {"rows": args.rows, "workers": args.workers, "columns": 5}
     with StandaloneCluster(base / "cluster", workers=args.workers) as cluster:
-        spark = (SparkSession.builder.master(cluster.master_url).appName("bench-ingest-scan")
-                 .config("spark.driver.host", "127.0.0.1")
-                 .config("spark.driver.bindAddress", "127.0.0.1")
-                 .config("spark.ui.enabled", "false")
-                 .config("spark.executor.memory", "640m")
-                 .config("spark.executor.cores", "1")
-                 .config("spark.sql.shuffle.partitions", str(args.workers))
-                 .config(map=dict(SESSION_CONF))
-                 .getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
+        spark = cluster_session(cluster.master_url, "bench-ingest-scan", args.workers,
+                                conf={"spark.sql.shuffle.partitions": str(args.workers)})
         try:
-            while len(executor_hosts(spark.sparkContext)) < args.workers:
-                time.sleep(0.5)
             r.update(_run(spark, args, base, cluster))
         finally:
             spark.stop()

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import sys
@@ -33,9 +32,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from pyspark_kudu.master.localcluster import MasterProcessCluster
 from pyspark_kudu.spark.context import KuduContext
-from pyspark_kudu.spark.daemon import SESSION_CONF
-from pyspark_kudu.spark.pinned import executor_hosts
-from pyspark_kudu.spark.standalone import StandaloneCluster
+from pyspark_kudu.spark.standalone import StandaloneCluster, cluster_session
 from pyspark_kudu.spark.transport import FencedError
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -72,7 +69,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=3)
     ap.add_argument("--writes", type=int, default=20, help="writes per client and phase")
     args = ap.parse_args(argv)
-    os.environ["PYSPARK_PYTHON"] = sys.executable
     base = Path(tempfile.mkdtemp(prefix="bench-leases-"))
     try:
         results = _run(args, base)
@@ -88,20 +84,7 @@ def _run(args: argparse.Namespace, base: Path) -> dict[str, Any]:
     try:
         master.wait_for_leader(60)
         with StandaloneCluster(base / "spark", workers=args.workers) as cluster:
-            spark = (SparkSession.builder.master(cluster.master_url).appName("bench-leases")
-                     .config("spark.driver.host", "127.0.0.1")
-                     .config("spark.driver.bindAddress", "127.0.0.1")
-                     .config("spark.ui.enabled", "false")
-                     .config("spark.ui.showConsoleProgress", "false")
-                     .config("spark.executor.memory", "640m")
-                     .config(map=dict(SESSION_CONF))
-                     .getOrCreate())
-            spark.sparkContext.setLogLevel("ERROR")
-            deadline = time.monotonic() + 240
-            while set(executor_hosts(spark.sparkContext)) != set(cluster.hosts):
-                if time.monotonic() > deadline:
-                    raise RuntimeError("executors did not start on every worker")
-                time.sleep(0.5)  # polling a condition under a deadline
+            spark = cluster_session(cluster.master_url, "bench-leases", len(cluster.hosts))
             try:
                 return _measure(spark, master.master_addresses, base, args.writes)
             finally:

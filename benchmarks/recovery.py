@@ -40,9 +40,7 @@ from pyspark.sql.types import StructField, StructType
 
 from pyspark_kudu.partitioning import HashDimension, PartitionSchema
 from pyspark_kudu.spark.context import KuduContext
-from pyspark_kudu.spark.daemon import SESSION_CONF
-from pyspark_kudu.spark.pinned import executor_hosts
-from pyspark_kudu.spark.standalone import StandaloneCluster
+from pyspark_kudu.spark.standalone import StandaloneCluster, cluster_session
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -82,27 +80,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tablets", type=int, default=4)
     ap.add_argument("--failed-after-s", type=float, default=5.0)
     args = ap.parse_args(argv)
-    os.environ["PYSPARK_PYTHON"] = sys.executable
     base = Path(tempfile.mkdtemp(prefix="bench-recovery-"))
     r: dict[str, Any] = {"rows": args.rows, "workers": args.workers, "tablets": args.tablets,
                          "failed_after_s": args.failed_after_s}
     with StandaloneCluster(base / "cluster", workers=args.workers) as cluster:
-        spark = (SparkSession.builder.master(cluster.master_url).appName("bench-recovery")
-                 .config("spark.driver.host", "127.0.0.1")
-                 .config("spark.driver.bindAddress", "127.0.0.1")
-                 .config("spark.ui.enabled", "false")
-                 .config("spark.executor.memory", "900m")
-                 .config("spark.executor.cores", "1")
-                 .config("spark.sql.shuffle.partitions", str(args.workers))
-                 .config(map=dict(SESSION_CONF))
-                 .getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
+        spark = cluster_session(cluster.master_url, "bench-recovery", args.workers,
+                                executor_memory="900m", deadline_s=300,
+                                conf={"spark.sql.shuffle.partitions": str(args.workers)})
         try:
-            end = time.monotonic() + 300
-            while len(executor_hosts(spark.sparkContext)) < args.workers:
-                if time.monotonic() > end:
-                    raise SystemExit("executors did not start on every worker in 300 s")
-                time.sleep(0.5)  # waiting for executors, bounded above
             r.update(_run(spark, args, base, cluster))
         finally:
             spark.stop()

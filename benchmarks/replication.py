@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -27,10 +26,10 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from pyspark_kudu.spark.leader import TabletLeader, TabletReplicas
-from pyspark_kudu.spark.pinned import executor_hosts, pinned_rdd
+from pyspark_kudu.spark.pinned import pinned_rdd
 from pyspark_kudu.spark.rounds import SparkTransport, TabletServerLocation
 from pyspark_kudu.spark.service import ReplicationService
-from pyspark_kudu.spark.standalone import StandaloneCluster
+from pyspark_kudu.spark.standalone import StandaloneCluster, cluster_session
 from pyspark_kudu.spark.tserver import ensure_instance, local_data_root
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -81,20 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--writes", type=int, default=30, help="sequential writes for latency")
     ap.add_argument("--per-writer", type=int, default=4, help="writes per concurrent writer")
     args = ap.parse_args(argv)
-    os.environ["PYSPARK_PYTHON"] = sys.executable
     base = Path(tempfile.mkdtemp(prefix="bench-replication-"))
     with StandaloneCluster(base, workers=args.workers) as cluster:
-        spark = (SparkSession.builder.master(cluster.master_url).appName("bench-replication")
-                 .config("spark.driver.host", "127.0.0.1")
-                 .config("spark.driver.bindAddress", "127.0.0.1")
-                 .config("spark.ui.enabled", "false").config("spark.executor.memory", "640m")
-                 .getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
-        deadline = time.monotonic() + 240
-        while set(executor_hosts(spark.sparkContext)) != set(cluster.hosts):
-            if time.monotonic() > deadline:
-                raise RuntimeError("executors did not start on every worker")
-            time.sleep(0.5)
+        spark = cluster_session(cluster.master_url, "bench-replication", len(cluster.hosts))
         infos = pinned_rdd(spark.sparkContext, [(h, [h]) for h in cluster.hosts]).map(
             lambda _: ensure_instance(local_data_root())).collect()
         servers = [TabletServerLocation(i.uuid, i.host) for i in infos]

@@ -75,7 +75,7 @@ from pyspark_kudu.spark.dataplane import (
 )
 from pyspark_kudu.spark.healing import Healer
 from pyspark_kudu.spark.leader import TabletLeader, TabletReplicas
-from pyspark_kudu.spark.leases import DEFAULT_LEASE_S, LEASE_CONF, LeaseKeeper
+from pyspark_kudu.spark.leases import DEFAULT_LEASE_S, LEASE_CONF, LeaseKeeper, by_holder
 from pyspark_kudu.spark.liveness import LivenessReporter
 from pyspark_kudu.spark.multitablet import elect_all
 from pyspark_kudu.spark.options import OPERATIONS, check_write_columns
@@ -532,9 +532,7 @@ class KuduContext(ReplicaManagement):
         deadline = time.monotonic() + self.leases.ttl_s + _FORWARD_GRACE_S
         while pending:
             own, remote = self._route(locs, pending, forwarded=forwarded)
-            groups: dict[SessionAddress, list[str]] = {}
-            for tid, addr in remote.items():
-                groups.setdefault(addr, []).append(tid)
+            groups = by_holder(remote)
             retry: list[str] = []
             with self.leases.using(list(own)), ThreadPoolExecutor(
                     max(1, len(groups)), thread_name_prefix="kudu-forward") as pool:
@@ -738,10 +736,7 @@ class KuduContext(ReplicaManagement):
             futures = {tid: self._service.submit(lead, [b""]) for tid, lead in own.items()}
             points: dict[str, tuple[str, int]] = {}
             failure = None
-            groups: dict[SessionAddress, list[str]] = {}
-            for tid, addr in remote.items():
-                groups.setdefault(addr, []).append(tid)
-            for addr, tids in groups.items():
+            for addr, tids in by_holder(remote).items():
                 try:
                     points.update(SessionClient(addr).lead_read(locs.table.name, tids))
                 except KuduError as e:

@@ -29,14 +29,14 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from pyspark_kudu.errors import KuduError
 from pyspark_kudu.master.client import MasterClient
 from pyspark_kudu.spark.session import SessionAddress
 
-__all__ = ["DEFAULT_LEASE_S", "LEASE_CONF", "LeaseKeeper"]
+__all__ = ["DEFAULT_LEASE_S", "LEASE_CONF", "LeaseKeeper", "by_holder"]
 
 _log = logging.getLogger(__name__)
 
@@ -199,3 +199,12 @@ class LeaseKeeper:
         if held:
             with contextlib.suppress(KuduError):
                 self.master.tablet_lease(self.client_id, held, release=True, timeout_s=5.0)
+
+
+def by_holder(remote: Mapping[str, SessionAddress]) -> dict[SessionAddress, list[str]]:
+    """The tablets of ``remote`` (tablet -> holder, as :meth:`LeaseKeeper.route` answers)
+    grouped by holder: one forwarded call per holder."""
+    out: dict[SessionAddress, list[str]] = {}
+    for tid, addr in remote.items():
+        out.setdefault(addr, []).append(tid)
+    return out

@@ -323,8 +323,7 @@ class SessionClient:
     def read_points(self, table: str, tablet_ids: Sequence[str]) -> dict[str, tuple[str, int]]:
         """Per tablet: the leader replica and an index committed after this call began
         (asked of the leading client if another one leads)."""
-        out = self.call("read_points", {"table": table, "tablet_ids": list(tablet_ids)})
-        return {str(t): (str(ts), int(i)) for t, (ts, i) in out.items()}
+        return self._points("read_points", table, tablet_ids)
 
     def lead_commit(self, table: str, refs: Sequence[bytes], bad_rows: Sequence[str] = ()
                     ) -> WriteSummary:
@@ -334,7 +333,11 @@ class SessionClient:
 
     def lead_read(self, table: str, tablet_ids: Sequence[str]) -> dict[str, tuple[str, int]]:
         """Per tablet: the leader replica and an index committed after this call began."""
-        out = self.call("lead_read", {"table": table, "tablet_ids": list(tablet_ids)})
+        return self._points("lead_read", table, tablet_ids)
+
+    def _points(self, method: str, table: str, tablet_ids: Sequence[str]
+                ) -> dict[str, tuple[str, int]]:
+        out = self.call(method, {"table": table, "tablet_ids": list(tablet_ids)})
         return {str(t): (str(ts), int(i)) for t, (ts, i) in out.items()}
 
     def lead_heal(self, actions: Sequence[Mapping[str, Any]]

@@ -23,13 +23,15 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pyspark_kudu.errors import TimedOutError
 from pyspark_kudu.spark.tserver import DATA_ROOT_ENV
 
-__all__ = ["StandaloneCluster", "WorkerSpec", "spark_home"]
+__all__ = ["StandaloneCluster", "WorkerSpec", "cluster_session", "spark_home"]
 
 
 def spark_home() -> str:
@@ -217,6 +219,44 @@ class StandaloneCluster:
             )
         with socket.create_connection((self.master_host, self.master_port), timeout=1):
             return True
+
+
+def cluster_session(master_url: str, app: str, hosts: int, *, executor_memory: str = "640m",
+                    conf: Mapping[str, str] | None = None, deadline_s: float = 240.0) -> Any:
+    """A SparkSession on a standalone cluster as this project's tests, benchmarks and tools
+    run one: the driver on loopback, no UI or console progress, one core per executor and
+    pyspark-kudu's session settings (``SESSION_CONF``), plus ``conf``. Returns once executors
+    run on ``hosts`` distinct hosts (pyspark-kudu needs one per tablet server host).
+
+    Raises:
+        TimedOutError: fewer hosts had an executor after ``deadline_s`` (the session is
+            stopped; the message names the hosts that did).
+    """
+    from pyspark.sql import SparkSession  # imported here: starting clusters needs no Spark
+
+    from pyspark_kudu.spark.daemon import SESSION_CONF
+    from pyspark_kudu.spark.pinned import executor_hosts
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # executors run this project's Python
+    spark = (SparkSession.builder.master(master_url).appName(app)
+             .config("spark.driver.host", "127.0.0.1")
+             .config("spark.driver.bindAddress", "127.0.0.1")
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.executor.memory", executor_memory)
+             .config("spark.executor.cores", "1")
+             .config(map={**dict(SESSION_CONF), **dict(conf or {})})
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    end = time.monotonic() + deadline_s
+    while len(executor_hosts(spark.sparkContext)) < hosts:
+        if time.monotonic() > end:
+            got = sorted(executor_hosts(spark.sparkContext))
+            spark.stop()
+            raise TimedOutError(f"executors came up on {got}, want {hosts} hosts, within "
+                                f"{deadline_s:.0f} s")
+        time.sleep(0.5)  # polling a condition under a deadline
+    return spark
 
 
 def _spawn(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:

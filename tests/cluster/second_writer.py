@@ -14,36 +14,21 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 
-from pyspark.sql import SparkSession
-
+from pyspark_kudu.errors import TimedOutError
 from pyspark_kudu.spark.context import KuduContext
-from pyspark_kudu.spark.daemon import SESSION_CONF
-from pyspark_kudu.spark.pinned import executor_hosts
+from pyspark_kudu.spark.standalone import cluster_session
 
 
 def main(argv: list[str]) -> int:
     spark_master, kudu_master, table, first, count, warehouse = argv
     hosts = int(os.environ.get("SECOND_WRITER_HOSTS", "6"))
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    spark = (SparkSession.builder.master(spark_master).appName("second-writer")
-             .config("spark.driver.host", "127.0.0.1")
-             .config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.ui.enabled", "false")
-             .config("spark.executor.memory", "640m")
-             .config("spark.executor.cores", "1")
-             .config(map=dict(SESSION_CONF))
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
     try:
-        end = time.monotonic() + 180
-        while len(executor_hosts(spark.sparkContext)) < hosts:
-            if time.monotonic() > end:
-                print(json.dumps({"error": "executors did not come up on every worker host: "
-                                  f"{sorted(executor_hosts(spark.sparkContext))}"}))
-                return 1
-            time.sleep(0.5)
+        spark = cluster_session(spark_master, "second-writer", hosts, deadline_s=180)
+    except TimedOutError as e:
+        print(json.dumps({"error": f"executors did not come up on every worker host: {e}"}))
+        return 1
+    try:
         lease = os.environ.get("SECOND_WRITER_LEASE_S")
         with KuduContext(spark, master=kudu_master, warehouse=warehouse,
                          lease_s=None if lease is None else float(lease)) as kudu:

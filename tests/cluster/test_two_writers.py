@@ -24,7 +24,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from pyspark_kudu.master.localcluster import MasterProcessCluster
 from pyspark_kudu.spark.context import KuduContext
-from pyspark_kudu.spark.leader import FencedError
+from pyspark_kudu.spark.leader import FencedError, TabletLeader
 from pyspark_kudu.spark.standalone import StandaloneCluster
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,18 +74,24 @@ def _second_writer(cluster: StandaloneCluster, master: MasterProcessCluster, fir
     return result
 
 
+def _first_writes(kudu: KuduContext, table: str) -> tuple[TabletLeader, int]:
+    """Create ``table`` (one tablet), insert ids 0..99 as ``a<id>``; this client's leader
+    of the tablet and its term."""
+    kudu.create_table(table, STRUCT, keys=["id"], replicas=3)
+    assert kudu.insert_rows(kudu.spark.createDataFrame(
+        [(i, f"a{i}") for i in range(100)], STRUCT), table).rows_written == 100
+    (lead,) = kudu._leaders.values()
+    assert lead.node is not None
+    return lead, lead.node.term
+
+
 def test_a_second_application_fences_the_first_and_no_acknowledged_row_is_lost(
     cluster_spark: SparkSession, twin_cluster: StandaloneCluster,
     master: MasterProcessCluster, tmp_path: Path,
 ) -> None:
     with KuduContext(cluster_spark, master=master.master_addresses,
                      warehouse=str(tmp_path / "a"), lease_s=0) as kudu:
-        kudu.create_table("shared", STRUCT, keys=["id"], replicas=3)  # one tablet
-        assert kudu.insert_rows(cluster_spark.createDataFrame(
-            [(i, f"a{i}") for i in range(100)], STRUCT), "shared").rows_written == 100
-        (lead,) = kudu._leaders.values()
-        assert lead.node is not None
-        first_term = lead.node.term
+        lead, first_term = _first_writes(kudu, "shared")
 
         b = _second_writer(twin_cluster, master, 100, 100, tmp_path / "b", lease_s=0)
         assert b["rows_written"] == 100
@@ -121,12 +127,7 @@ def test_with_leases_a_second_application_forwards_its_write_to_the_leading_one(
 ) -> None:
     with KuduContext(cluster_spark, master=master.master_addresses,
                      warehouse=str(tmp_path / "a")) as kudu:
-        kudu.create_table("forwarded", STRUCT, keys=["id"], replicas=3)  # one tablet
-        assert kudu.insert_rows(cluster_spark.createDataFrame(
-            [(i, f"a{i}") for i in range(100)], STRUCT), "forwarded").rows_written == 100
-        (lead,) = kudu._leaders.values()
-        assert lead.node is not None
-        term = lead.node.term
+        lead, term = _first_writes(kudu, "forwarded")
 
         b = _second_writer(twin_cluster, master, 100, 100, tmp_path / "b", table="forwarded")
         # The other application's batches, staged by its executors on the shared hosts, were

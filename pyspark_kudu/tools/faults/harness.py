@@ -376,34 +376,14 @@ class _Watchdog:
 
 
 def _spark_session(master_url: str, cfg: HarnessConfig, deadline_s: float, want: int) -> Any:
-    from pyspark.sql import SparkSession
+    from pyspark_kudu.spark.standalone import cluster_session
 
-    from pyspark_kudu.spark.daemon import SESSION_CONF
-    from pyspark_kudu.spark.pinned import executor_hosts
-
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    spark = (SparkSession.builder.master(master_url).appName("pyspark-kudu-faults")
-             .config("spark.driver.host", "127.0.0.1")
-             .config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.executor.memory", cfg.executor_memory)
-             .config("spark.executor.cores", "1")
-             .config("spark.sql.shuffle.partitions", str(cfg.workers))
-             # A barrier stage that asks for a lost host's slot fails fast instead of after
-             # the default 15 s x 40 checks (DESIGN §4): faults must not stall the run.
-             .config(map=dict(SESSION_CONF))
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    end = time.monotonic() + deadline_s
-    while len(executor_hosts(spark.sparkContext)) < want:
-        if time.monotonic() > end:
-            got = sorted(executor_hosts(spark.sparkContext))
-            spark.stop()
-            raise TimeoutError(f"executors came up on {got}, want {want} hosts, within "
-                               f"{deadline_s:.0f} s")
-        time.sleep(0.5)  # polling a condition under a deadline
-    return spark
+    # SESSION_CONF (in cluster_session): a barrier stage that asks for a lost host's slot
+    # fails fast instead of after the default 15 s x 40 checks (DESIGN §4).
+    return cluster_session(master_url, "pyspark-kudu-faults", want,
+                           executor_memory=cfg.executor_memory,
+                           conf={"spark.sql.shuffle.partitions": str(cfg.workers)},
+                           deadline_s=deadline_s)
 
 
 def _mount_tmpfs(where: Path, size_mb: int) -> str:
