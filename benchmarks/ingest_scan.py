@@ -35,10 +35,10 @@ from pyspark.sql.types import StructField, StructType
 
 from pyspark_kudu.partitioning import HashDimension, Partitioner, PartitionSchema
 from pyspark_kudu.schema import Predicate
-from pyspark_kudu.spark.context import KuduContext
-from pyspark_kudu.spark.peer import tablet_dir
-from pyspark_kudu.spark.standalone import StandaloneCluster, cluster_session
+from pyspark_kudu.spark.api.context import KuduContext
+from pyspark_kudu.spark.host.handlers import tablet_dir
 from pyspark_kudu.tablet.superblock import Superblock
+from pyspark_kudu.testing.cluster import StandaloneCluster, cluster_session
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 

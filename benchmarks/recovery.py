@@ -39,8 +39,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
 from pyspark_kudu.partitioning import HashDimension, PartitionSchema
-from pyspark_kudu.spark.context import KuduContext
-from pyspark_kudu.spark.standalone import StandaloneCluster, cluster_session
+from pyspark_kudu.spark.api.context import KuduContext
+from pyspark_kudu.testing.cluster import StandaloneCluster, cluster_session
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 

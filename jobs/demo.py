@@ -66,8 +66,8 @@ def table_demo(rows: int, say: object = print, spark: object = None) -> int:
 def ingest_command(source: str, warehouse: str, table: str = "events") -> list[str]:
     """The part-3 command: ``spark-submit jobs/ingest.py`` on the embedded default master
     (local mode), creating an RF=3 table from a CSV and ending with the ksck summary."""
-    from pyspark_kudu.spark.daemon import SESSION_CONF
-    from pyspark_kudu.spark.standalone import spark_home
+    from pyspark_kudu.spark.host.daemon import SESSION_CONF
+    from pyspark_kudu.testing.cluster import spark_home
 
     confs = [a for k, v in SESSION_CONF for a in ("--conf", f"{k}={v}")]
     return [os.path.join(spark_home(), "bin", "spark-submit"), "--master", "local[2]",

@@ -4,7 +4,7 @@
                               [--rebalance] [--continuous [--interval-s 5]]
 
 There are no storage daemons: a tablet server's replicas are replaced by a *client* that
-runs Spark tasks on the hosts (:mod:`pyspark_kudu.spark.healing`). Every ``KuduContext``
+runs Spark tasks on the hosts (:mod:`pyspark_kudu.spark.healing.healer`). Every ``KuduContext``
 heals in the background while it is open; this job is for a cluster no application is
 writing to. The master decides which tablet servers have failed (unheard of for
 ``follower_unavailable_considered_failed_sec``) and where new replicas go; this job adds
@@ -30,13 +30,13 @@ from types import FrameType
 from pyspark.sql import SparkSession
 
 from pyspark_kudu.errors import KuduError, UsageError
-from pyspark_kudu.spark.healing import HealAction
-from pyspark_kudu.spark.jobsupport import (
+from pyspark_kudu.spark.api.jobsupport import (
     add_context_args,
     job_session,
     open_context,
     parse_job_args,
 )
+from pyspark_kudu.spark.healing.healer import HealAction
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -103,7 +103,7 @@ def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -
 
 
 def _continuous(healer: object, args: argparse.Namespace) -> int:
-    from pyspark_kudu.spark.healing import Healer
+    from pyspark_kudu.spark.healing.healer import Healer
 
     assert isinstance(healer, Healer)
     stop = threading.Event()

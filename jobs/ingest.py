@@ -33,8 +33,8 @@ from pyspark.sql.types import StructField, StructType
 
 from pyspark_kudu import HashDimension, KuduContext, PartitionSchema
 from pyspark_kudu.errors import InvalidArgumentError, KuduError, RowWriteError, UsageError
-from pyspark_kudu.spark.context import WriteProgress
-from pyspark_kudu.spark.jobsupport import (
+from pyspark_kudu.spark.api.context import WriteProgress
+from pyspark_kudu.spark.api.jobsupport import (
     add_context_args,
     job_session,
     open_context,

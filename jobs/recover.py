@@ -9,7 +9,7 @@ picks the most up-to-date one (highest last log term, then index; or ``--survivo
 forces a configuration of that replica alone (its whole log counts as committed, including
 entries the lost majority may never have agreed on), elects it, and then heals the tablet
 back to its replication factor with tablet copies
-(:meth:`~pyspark_kudu.spark.context.KuduContext.recover_tablet`). Whatever only the lost
+(:meth:`~pyspark_kudu.spark.api.context.KuduContext.recover_tablet`). Whatever only the lost
 replicas had is gone; other surviving replicas are discarded and later deleted.
 
 It refuses while a majority is reachable, and without ``--i-understand-data-loss``.
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pyspark.sql import SparkSession
 
 from pyspark_kudu.errors import KuduError, UsageError
-from pyspark_kudu.spark.jobsupport import (
+from pyspark_kudu.spark.api.jobsupport import (
     add_context_args,
     job_session,
     open_context,

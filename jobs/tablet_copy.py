@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pyspark.sql import SparkSession
 
 from pyspark_kudu.errors import KuduError, NotFoundError, UsageError
-from pyspark_kudu.spark.jobsupport import (
+from pyspark_kudu.spark.api.jobsupport import (
     add_context_args,
     job_session,
     open_context,

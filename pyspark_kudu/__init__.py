@@ -3,7 +3,7 @@
 Public API (DESIGN §2), imported lazily so that executor-side imports of subpackages
 (``pyspark_kudu.wal``, ``pyspark_kudu.tablet``) do not pull in the driver-side client:
 
-- :class:`KuduContext` (``pyspark_kudu.spark.context``): tables, writes, pinned reads.
+- :class:`KuduContext` (``pyspark_kudu.spark.api.context``): tables, writes, pinned reads.
 - :class:`Schema`, :class:`ColumnSchema`, :class:`Predicate` (``pyspark_kudu.schema``).
 - :class:`PartitionSchema`, :class:`HashDimension`, :class:`RangePartition`.
 - :mod:`pyspark_kudu.errors`: the exception hierarchy (:class:`KuduError` at its root).
@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 _WHERE = {
-    "KuduContext": "pyspark_kudu.spark.context",
+    "KuduContext": "pyspark_kudu.spark.api.context",
     "Schema": "pyspark_kudu.schema",
     "ColumnSchema": "pyspark_kudu.schema",
     "Predicate": "pyspark_kudu.schema",

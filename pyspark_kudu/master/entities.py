@@ -321,11 +321,15 @@ class TableMeta:
 
 @dataclass(frozen=True)
 class TServerMeta:
-    """A registered tablet server (registration happens on its first heartbeat)."""
+    """A registered tablet server (registration happens on its first heartbeat).
+
+    ``port``: where its host's resident tablet server listens (reads and file streams from
+    other hosts, DESIGN §1); 0 when none runs. A heartbeat with a new port (the executor was
+    replaced) registers the server again."""
 
     uuid: str
     host: str
-    port: int = 7050
+    port: int = 0
     data_root: str = ""
     location: str | None = None
 
@@ -343,7 +347,7 @@ class TServerMeta:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> TServerMeta:
-        return cls(str(d["uuid"]), str(d.get("host", "")), int(d.get("port", 7050)),
+        return cls(str(d["uuid"]), str(d.get("host", "")), int(d.get("port", 0)),
                    str(d.get("data_root", "")), d.get("location"))
 
 

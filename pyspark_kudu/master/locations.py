@@ -49,6 +49,7 @@ __all__ = [
     "LocationMappingError",
     "LocationMappingTimedOutError",
     "ReadMode",
+    "closeness",
     "is_valid_location",
     "rank_replicas",
     "run_location_mapping_cmd",
@@ -250,8 +251,9 @@ def rank_replicas(
 
     Replicas on unknown or dead servers are left out.
 
-    * ``CLOSEST_REPLICA``: a replica on the client's own host, then the same location, then
-      the longest common location prefix, then any; ties by a per-process random choice
+    * ``CLOSEST_REPLICA``: a replica on the client's own host (:func:`closeness`: when
+      their locations agree), then the same location, then the longest common location
+      prefix, then any; ties by a per-process random choice
       that is stable across calls (``seed`` overrides it, for tests).
     * ``LEADER_ONLY``: only the leader (empty if no live leader is known).
     * ``FIRST_REPLICA``: the replicas in config order.
@@ -262,20 +264,31 @@ def rank_replicas(
     if mode is ReadMode.FIRST_REPLICA:
         return live
     key_seed = _PROCESS_SEED if seed is None else seed
-    depth = len(location_components(client_location))
 
-    def closeness(r: Replica) -> tuple[int, bytes]:
+    def key(r: Replica) -> tuple[int, bytes]:
         ts = tservers[r.ts_uuid]
-        if client_host is not None and ts.host == client_host:
-            rank = 0
-        elif client_location is not None and ts.location == client_location:
-            rank = 1
-        else:
-            # Longer common prefix = closer; no common prefix ranks last.
-            rank = 2 + depth - _common_prefix_len(ts.location, client_location)
-        return (rank, _tie_break(key_seed, r.ts_uuid))
+        return (closeness(ts.host, ts.location, client_host, client_location),
+                _tie_break(key_seed, r.ts_uuid))
 
-    return sorted(live, key=closeness)
+    return sorted(live, key=key)
+
+
+def closeness(host: str, location: str | None, client_host: str | None,
+              client_location: str | None) -> int:
+    """How close a tablet server on ``host`` at ``location`` is to a client: 0 is closest.
+
+    0: the client's own host -- Kudu's client rule: only when their locations match or one
+    of them has none (a host name shared across locations, e.g. a container's, is not
+    proof of locality); 1: the same location; then the longer the common location prefix,
+    the closer; no common prefix ranks last.
+    """
+    if (client_host is not None and host == client_host
+            and (location is None or client_location is None or location == client_location)):
+        return 0
+    if client_location is not None and location == client_location:
+        return 1
+    depth = len(location_components(client_location))
+    return 2 + depth - _common_prefix_len(location, client_location)
 
 
 def select_replica(

@@ -127,7 +127,7 @@ class TabletServer:
 
     uuid: str
     host: str
-    port: int = 7050
+    port: int = 0
     location: str | None = None
     tags: Mapping[str, str] = field(default_factory=dict, hash=False)
     live: bool = True
@@ -139,7 +139,8 @@ class TabletServer:
 
     @property
     def rpc_address(self) -> str:
-        return f"{self.host}:{self.port}"
+        """``host:port`` of its resident tablet server; ``host:-`` while none is known."""
+        return f"{self.host}:{self.port or '-'}"
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ every task exactly, also in barrier mode).
 A location string is a host (``127.0.0.3``) or an executor (``executor_<host>_<execId>``).
 A preference is only a preference: a task aimed at a host with no executor runs elsewhere
 after ``spark.locality.wait``. Hence every pinned task checks the tablet server's instance
-file before touching data (see :mod:`pyspark_kudu.spark.tserver`).
+file before touching data (see :mod:`pyspark_kudu.spark.host.identity`).
 
 Thread-safety: functions here call into the driver's ``SparkContext`` (py4j is thread-safe);
 they hold no state of their own.

@@ -90,7 +90,7 @@ def _replica_json(loc: TableLocations, tb: TabletMeta) -> list[dict[str, Any]]:
     for r in tb.replicas:
         ts = loc.tservers.get(r.ts_uuid)
         out.append({"uuid": r.ts_uuid,
-                    "address": f"{ts.host}:{ts.port}" if ts else "",
+                    "address": f"{ts.host}:{ts.port or '-'}" if ts else "",
                     "location": (ts.location if ts else None) or NO_LOCATION_TEXT,
                     "member_type": r.member_type.value, "replace": r.replace,
                     "leader": r.ts_uuid == tb.leader})

@@ -9,7 +9,7 @@ a torn tail is cut off the file (durably) and reported. Segments are read whole,
 time, so recovery needs memory for one segment (64 MiB by default).
 
 A process reopens the same replicas often (a replica another process changed is reopened,
-:mod:`pyspark_kudu.spark.replicas`), and every reopen used to read and CRC-check the whole
+:mod:`pyspark_kudu.spark.host.replica_cache`), and every reopen used to read and CRC-check the whole
 WAL again. A segment that is not the newest is closed for good: nothing appends to it or
 truncates it again. So the scan of a whole, clean segment is remembered per process, keyed
 by its path, inode, size and modification and change times, and reused while the file is

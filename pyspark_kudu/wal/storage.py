@@ -342,7 +342,7 @@ class WalStorage:
     def detach(self) -> None:
         """Close without writing anything: no commit persisted, no segment truncated. For a
         holder whose view may be stale because another process has written since (see
-        :mod:`pyspark_kudu.spark.replicas`). Idempotent."""
+        :mod:`pyspark_kudu.spark.host.replica_cache`). Idempotent."""
         with self._lock:
             if self._closed:
                 return

@@ -16,8 +16,8 @@ import os
 import sys
 
 from pyspark_kudu.errors import TimedOutError
-from pyspark_kudu.spark.context import KuduContext
-from pyspark_kudu.spark.standalone import cluster_session
+from pyspark_kudu.spark.api.context import KuduContext
+from pyspark_kudu.testing.cluster import cluster_session
 
 
 def main(argv: list[str]) -> int:

@@ -16,7 +16,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from pyspark_kudu.master.localcluster import MasterProcessCluster
 from pyspark_kudu.partitioning import HashDimension, PartitionSchema
-from pyspark_kudu.spark.context import KuduContext
+from pyspark_kudu.spark.api.context import KuduContext
 
 REPO = Path(__file__).resolve().parents[2]
 STRUCT = StructType([StructField("id", LongType(), False), StructField("v", StringType(), True)])

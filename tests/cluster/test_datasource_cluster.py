@@ -24,9 +24,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from pyspark_kudu.partitioning import HashDimension, PartitionSchema
-from pyspark_kudu.spark.context import KuduContext
-from pyspark_kudu.spark.standalone import StandaloneCluster
-from pyspark_kudu.spark.tserver import verify_instance
+from pyspark_kudu.spark.api.context import KuduContext
+from pyspark_kudu.spark.host.identity import verify_instance
+from pyspark_kudu.testing.cluster import StandaloneCluster
 from tests.waiting import wait_until
 
 STRUCT = StructType([StructField("id", LongType(), False), StructField("v", StringType(), True)])

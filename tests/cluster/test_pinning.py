@@ -8,9 +8,14 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from pyspark_kudu.spark.host.identity import (
+    current_host,
+    ensure_instance,
+    local_data_root,
+    run_pinned,
+)
 from pyspark_kudu.spark.pinned import executor_hosts, pinned_rdd
-from pyspark_kudu.spark.standalone import StandaloneCluster
-from pyspark_kudu.spark.tserver import current_host, ensure_instance, local_data_root, run_pinned
+from pyspark_kudu.testing.cluster import StandaloneCluster
 
 
 def _where(_: Any) -> str:

@@ -11,12 +11,12 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from pyspark_kudu.consensus.messages import EntryType
-from pyspark_kudu.spark.leader import TabletLeader, TabletReplicas
-from pyspark_kudu.spark.peer import read_writers, replica_storage
+from pyspark_kudu.spark.host.handlers import read_writers, replica_storage
+from pyspark_kudu.spark.host.identity import ensure_instance, local_data_root
 from pyspark_kudu.spark.pinned import executor_hosts, pinned_rdd
-from pyspark_kudu.spark.rounds import SparkTransport, TabletServerLocation
-from pyspark_kudu.spark.standalone import StandaloneCluster
-from pyspark_kudu.spark.tserver import ensure_instance, local_data_root
+from pyspark_kudu.spark.replication.spark_rounds import SparkTransport, TabletServerLocation
+from pyspark_kudu.spark.replication.tablet_leader import TabletLeader, TabletReplicas
+from pyspark_kudu.testing.cluster import StandaloneCluster
 from tests.waiting import wait_until
 
 

@@ -2,7 +2,7 @@
 master. Without leadership leases the second fences the first by term, the first's next
 write elects again, and no acknowledged row is lost (issue 6, DESIGN §3 "Leadership and
 fencing"); with them (the default) the second forwards its write to the first, which stays
-the leader in the same term (:mod:`pyspark_kudu.spark.leases`).
+the leader in the same term (:mod:`pyspark_kudu.spark.replication.lease_keeper`).
 
 The second application runs on a second Spark cluster whose workers bind to the same hosts
 and share the first cluster's data roots: the same tablet servers, each application with
@@ -23,9 +23,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from pyspark_kudu.master.localcluster import MasterProcessCluster
-from pyspark_kudu.spark.context import KuduContext
-from pyspark_kudu.spark.leader import FencedError, TabletLeader
-from pyspark_kudu.spark.standalone import StandaloneCluster
+from pyspark_kudu.spark.api.context import KuduContext
+from pyspark_kudu.spark.replication.tablet_leader import FencedError, TabletLeader
+from pyspark_kudu.testing.cluster import StandaloneCluster
 
 REPO = Path(__file__).resolve().parents[2]
 STRUCT = StructType([StructField("id", LongType(), False), StructField("v", StringType(), True)])

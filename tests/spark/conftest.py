@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
-from pyspark_kudu.spark.daemon import SESSION_CONF
+from pyspark_kudu.spark.host.daemon import SESSION_CONF
 from tests.conftest import stop_other_sessions
 
 

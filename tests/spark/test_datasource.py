@@ -41,10 +41,11 @@ from pyspark.sql.types import (
 
 from pyspark_kudu.errors import InvalidArgumentError, ServiceUnavailableError
 from pyspark_kudu.partitioning import HashDimension, Partitioner, PartitionSchema, RangePartition
-from pyspark_kudu.spark.context import KuduContext, WriteProgress
-from pyspark_kudu.spark.datasource import KuduDataSource
-from pyspark_kudu.spark.repartition import repartition_by_tablet
-from pyspark_kudu.spark.session import SessionAddress, SessionClient, SessionService
+from pyspark_kudu.spark.api.context import KuduContext, WriteProgress
+from pyspark_kudu.spark.api.datasource import KuduDataSource
+from pyspark_kudu.spark.api.repartition import repartition_by_tablet
+from pyspark_kudu.spark.api.session_service import SessionService
+from pyspark_kudu.spark.replication.session_client import SessionAddress, SessionClient
 
 STRUCT = StructType([StructField("id", LongType(), False), StructField("v", StringType(), True)])
 HASH3 = PartitionSchema((HashDimension(("id",), 3),))
@@ -365,7 +366,7 @@ def test_a_linearizable_read_commits_a_read_point_per_tablet_and_reads_the_leade
     spark: SparkSession, ctx: KuduContext,
 ) -> None:
     from pyspark_kudu.consensus.messages import EntryType
-    from pyspark_kudu.spark.peer import replica_storage
+    from pyspark_kudu.spark.host.handlers import replica_storage
 
     table = new_table(ctx)
     everything = [(i, f"v{i}") for i in range(30)]
@@ -468,7 +469,7 @@ def test_a_closed_session_is_reported_as_unreachable(
 def test_the_registered_class_carries_its_session_by_value(
     kudu: tuple[KuduContext, SessionService], tmp_path: Path,
 ) -> None:
-    from pyspark_kudu.spark.datasource import bound_source
+    from pyspark_kudu.spark.api.datasource import bound_source
 
     address = kudu[1].address
     pickled = tmp_path / "source.pkl"

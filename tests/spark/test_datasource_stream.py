@@ -20,9 +20,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from pyspark_kudu.partitioning import HashDimension, Partitioner, PartitionSchema
-from pyspark_kudu.spark.context import KuduContext
-from pyspark_kudu.spark.dataplane import stage_batches
-from pyspark_kudu.spark.session import SessionClient, SessionService
+from pyspark_kudu.spark.api.context import KuduContext
+from pyspark_kudu.spark.api.session_service import SessionService
+from pyspark_kudu.spark.host.dataplane import stage_batches
+from pyspark_kudu.spark.replication.session_client import SessionClient
 from pyspark_kudu.tablet import OpType
 
 STRUCT = StructType([StructField("id", LongType(), False), StructField("v", StringType(), True)])
@@ -94,7 +95,7 @@ def test_micro_batches_commit_exactly_once_across_restarts_and_replays(
     for f in (checkpoint / "commits").iterdir():
         if f.name.lstrip(".").startswith("1"):
             f.unlink()
-    with caplog.at_level(logging.INFO, logger="pyspark_kudu.spark.session"):
+    with caplog.at_level(logging.INFO, logger="pyspark_kudu.spark.api.session_service"):
         run_stream(spark, source, "events", checkpoint)
     assert "batch 1 already committed" in caplog.text  # Spark did replay it
     assert (checkpoint / "commits" / "1").exists()

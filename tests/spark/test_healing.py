@@ -19,8 +19,8 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from pyspark_kudu.master.entities import MemberType
 from pyspark_kudu.partitioning import HashDimension, PartitionSchema
-from pyspark_kudu.spark.context import KuduContext
-from pyspark_kudu.spark.peer import scan_replica
+from pyspark_kudu.spark.api.context import KuduContext
+from pyspark_kudu.spark.host.replica_scan import scan_replica
 from tests.waiting import wait_until
 
 STRUCT = StructType([StructField("id", LongType(), False), StructField("v", StringType(), True)])

@@ -14,8 +14,8 @@ from pyspark_kudu.consensus.messages import EntryType
 from pyspark_kudu.errors import InvalidArgumentError, RowWriteError
 from pyspark_kudu.partitioning import HashDimension, PartitionSchema
 from pyspark_kudu.schema import Predicate
-from pyspark_kudu.spark.context import KuduContext, WriteProgress
-from pyspark_kudu.spark.peer import replica_storage
+from pyspark_kudu.spark.api.context import KuduContext, WriteProgress
+from pyspark_kudu.spark.host.handlers import replica_storage
 from tests.waiting import wait_until
 
 STRUCT = StructType([StructField("id", LongType(), False), StructField("v", StringType(), True)])

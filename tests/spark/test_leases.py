@@ -1,6 +1,6 @@
 """Tablet leadership leases in local mode: two KuduContexts of one application write the same
 tablets through one master; the second forwards to the first instead of fencing it
-(:mod:`pyspark_kudu.spark.leases`, the session service's ``lead_*`` methods)."""
+(:mod:`pyspark_kudu.spark.replication.lease_keeper`, the session service's ``lead_*`` methods)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from pyspark_kudu.master.localcluster import free_ports
 from pyspark_kudu.master.replica import ReplicaOptions
 from pyspark_kudu.master.server import MasterServer, MasterServerConfig
 from pyspark_kudu.partitioning import HashDimension, PartitionSchema
-from pyspark_kudu.spark.context import KuduContext, WriteProgress
-from pyspark_kudu.spark.session import SessionAddress
+from pyspark_kudu.spark.api.context import KuduContext, WriteProgress
+from pyspark_kudu.spark.replication.session_client import SessionAddress
 
 STRUCT = StructType([StructField("id", LongType(), False), StructField("v", StringType(), True)])
 HASH2 = PartitionSchema((HashDimension(("id",), 2),))

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from pyspark_kudu.spark.host.identity import ensure_instance, run_pinned
 from pyspark_kudu.spark.pinned import executor_hosts, pinned_rdd
-from pyspark_kudu.spark.tserver import ensure_instance, run_pinned
 
 
 def test_pinned_rdd_has_one_partition_per_payload_with_its_locations(spark: SparkSession) -> None:

@@ -17,13 +17,13 @@ from pyspark.sql import SparkSession
 
 from pyspark_kudu.consensus.messages import EntryType
 from pyspark_kudu.errors import InvalidArgumentError
-from pyspark_kudu.spark import rounds
-from pyspark_kudu.spark.dataplane import STAGING_DIR, StagedRef
-from pyspark_kudu.spark.leader import TabletLeader, TabletReplicas
-from pyspark_kudu.spark.peer import PeerRequest, RequestKind, replica_storage, tablet_dir
+from pyspark_kudu.spark.host import round_tasks
+from pyspark_kudu.spark.host.dataplane import STAGING_DIR, StagedRef
+from pyspark_kudu.spark.host.handlers import PeerRequest, RequestKind, replica_storage, tablet_dir
+from pyspark_kudu.spark.host.identity import ensure_instance
 from pyspark_kudu.spark.pinned import executor_hosts
-from pyspark_kudu.spark.rounds import SparkTransport, TabletServerLocation
-from pyspark_kudu.spark.tserver import ensure_instance
+from pyspark_kudu.spark.replication.spark_rounds import SparkTransport, TabletServerLocation
+from pyspark_kudu.spark.replication.tablet_leader import TabletLeader, TabletReplicas
 from tests.waiting import wait_until
 
 
@@ -64,7 +64,7 @@ def test_tablet_writes_commit_through_barrier_stages_on_virtual_tablet_servers(
 def test_a_large_staged_payload_is_landed_on_the_way_and_every_replica_gets_it_intact(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    """A payload of at least ``_LAND_BYTES`` (a tablet copy part, a huge batch) crosses the
+    """A payload of at least ``LAND_BYTES`` (a tablet copy part, a huge batch) crosses the
     shuffle and is landed in a private temporary file by the reduce side; the barrier task
     reads it back, the replicas log the real bytes, and no landed file is left behind."""
     sc = spark.sparkContext
@@ -72,7 +72,7 @@ def test_a_large_staged_payload_is_landed_on_the_way_and_every_replica_gets_it_i
     host = servers[0].host
     root0 = servers[0].root
     assert root0 is not None
-    payload = os.urandom(rounds._LAND_BYTES + 12345)
+    payload = os.urandom(round_tasks.LAND_BYTES + 12345)
     rel = os.path.join(STAGING_DIR, "w-large", "b.bin")
     os.makedirs(os.path.join(root0, os.path.dirname(rel)))
     with open(os.path.join(root0, rel), "wb") as f:
@@ -99,15 +99,15 @@ def test_a_large_staged_payload_is_landed_on_the_way_and_every_replica_gets_it_i
 
 
 def test_land_writes_private_files_only_for_large_payloads_and_unland_removes_them() -> None:
-    small, big = b"s" * 10, os.urandom(rounds._LAND_BYTES)
-    (out,) = list(rounds._land(iter([(0, ("a", small)), (1, ("b", big))])))
+    small, big = b"s" * 10, os.urandom(round_tasks.LAND_BYTES)
+    (out,) = list(round_tasks.land(iter([(0, ("a", small)), (1, ("b", big))])))
     assert out[0] == (0, ("a", small))
     d, (path, landed) = out[1]
-    assert (d, path) == (1, "b") and isinstance(landed, rounds._Landed)
+    assert (d, path) == (1, "b") and isinstance(landed, round_tasks.Landed)
     assert os.stat(landed.path).st_mode & 0o777 == 0o600
     with open(landed.path, "rb") as f:
         assert f.read() == big
-    rounds._unland(out)
+    round_tasks.unland(out)
     assert not os.path.exists(landed.path)
 
 

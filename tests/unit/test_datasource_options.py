@@ -39,13 +39,14 @@ from pyspark_kudu.errors import (
     ServiceUnavailableError,
 )
 from pyspark_kudu.schema import ColumnSchema, Predicate, PredicateOp, Schema
-from pyspark_kudu.spark.datasource import (
+from pyspark_kudu.spark.api.datasource import (
     KuduScanReader,
     ReplicaChoice,
     TabletPartition,
     without_null_values,
 )
-from pyspark_kudu.spark.options import (
+from pyspark_kudu.spark.api.session_service import StreamLedger
+from pyspark_kudu.spark.api.source_options import (
     DEFAULT_BATCH_SIZE,
     MISSING_TABLE_MESSAGE,
     ReadOptions,
@@ -57,14 +58,14 @@ from pyspark_kudu.spark.options import (
     stream_id_option,
     translate_filters,
 )
-from pyspark_kudu.spark.session import (
-    StreamLedger,
+from pyspark_kudu.spark.host.identity import ensure_instance
+from pyspark_kudu.spark.host.replica_reader import TabletScan, order_replicas
+from pyspark_kudu.spark.replication.session_client import (
     TableInfo,
     TabletInfo,
-    _decode_error,
-    _encode_error,
+    decode_error,
+    encode_error,
 )
-from pyspark_kudu.spark.tserver import ensure_instance
 from pyspark_kudu.tablet import OpType
 
 SCHEMA = Schema((
@@ -334,19 +335,20 @@ def test_without_null_values_keeps_order_when_a_key_repeats() -> None:
 def test_table_info_survives_its_json_form() -> None:
     info = TableInfo("t", SCHEMA, {"hash_dimensions": []},
                      (TabletInfo("tab1", ("a", "b", "c"), "b", 17), TabletInfo("tab2", ("a",))),
-                     {"a": ("127.0.0.1", "/r/a"), "b": ("h2", None)}, "/wh", None, True)
+                     {"a": ("127.0.0.1", "/r/a", "127.0.0.1:4000", "/dc1/r1"),
+                      "b": ("h2", None, "", None)}, "/wh", None, True)
     assert TableInfo.from_dict(info.to_dict()) == info
 
 
 def test_errors_cross_the_service_as_the_same_class() -> None:
     err = RowWriteError("failed to write 1 rows", [("tab", {"id": 2}, "AlreadyPresent", "dup")],
                         4)
-    back = _decode_error(_encode_error(err))
+    back = decode_error(encode_error(err))
     assert isinstance(back, RowWriteError) and str(back) == str(err)
     assert back.errors == err.errors and back.rows_written == 4
-    nf = _decode_error(_encode_error(NotSupportedError("no")))
+    nf = decode_error(encode_error(NotSupportedError("no")))
     assert type(nf) is NotSupportedError and str(nf) == "no"
-    other = _decode_error(_encode_error(KeyError("boom")))
+    other = decode_error(encode_error(KeyError("boom")))
     assert "KeyError in the kudu session service" in str(other)
 
 
@@ -370,21 +372,24 @@ def test_predicate_expressions_use_the_pushed_values(tmp_path: Path) -> None:
                   ).as_py() == 1
 
 
-def test_a_scan_task_that_reaches_no_replica_says_so_and_names_read_table(
-    tmp_path: Path,
+def test_a_scan_task_that_reaches_no_replica_says_why_for_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setenv("PYSPARK_KUDU_SECRET", "s" * 32)
     other = ensure_instance(str(tmp_path / "ts-other"))
-    info = TableInfo("t", SCHEMA, {}, (TabletInfo("tab1", ("a", "b")),),
-                     {"a": ("h1", str(tmp_path / "absent")), "b": ("h1", other.data_root)},
-                     None, None, True)
+    info = TableInfo("t", SCHEMA, {}, (TabletInfo("tab1", ("a", "b", "c")),),
+                     {"a": ("h1", str(tmp_path / "absent"), "", None),
+                      "b": ("h1", other.data_root, "", None),
+                      "c": ("h9", None, "", None)}, None, None, True)
     reader = KuduScanReader(info, ReadOptions(table="t"), SCHEMA.to_spark())
-    part = TabletPartition("tab1", (ReplicaChoice("a", str(tmp_path / "absent"), True),
-                                    ReplicaChoice("b", other.data_root, False)), None, None)
+    (part,) = reader.partitions()
+    assert isinstance(part, TabletPartition)
     with pytest.raises(ServiceUnavailableError) as e:
         list(reader.read(part))
     text = str(e.value)
-    assert "tablet tab1: no replica is readable" in text and "KuduContext.read_table()" in text
+    assert "table t, tablet tab1: no replica served a scan from this task" in text
     assert "is not on this host" in text and f"belongs to tablet server {other.uuid}" in text
+    assert "c: on h9, and its host has no known tablet server address" in text
     # Spark's stand-in partition (every tablet pruned) reads nothing.
     assert list(reader.read(InputPartition(None))) == []
 
@@ -400,33 +405,34 @@ def test_repartition_sort_follows_kudu_spark_defaults() -> None:
         parse_write_options(opts(**{"kudu.repartition.sort": "1"}))
 
 
-def test_a_scan_task_tries_replicas_on_its_own_host_first_then_the_leader() -> None:
-    lead = ReplicaChoice("a", None, True, "h1")
-    f2 = ReplicaChoice("b", None, False, "h2")
-    f3 = ReplicaChoice("c", None, False, "h3")
-    planned = (lead, f2, f3)
-    assert KuduScanReader.preference(planned, "h3") == [f3, lead, f2]
-    assert KuduScanReader.preference(planned, "h1") == [lead, f2, f3]
-    assert KuduScanReader.preference(planned, "h9") == [lead, f2, f3]
+def test_a_scan_task_tries_its_own_host_then_its_location_then_the_longest_prefix() -> None:
+    lead = ReplicaChoice("a", None, True, "h1", location="/dc1/r1")
+    f2 = ReplicaChoice("b", None, False, "h2", location="/dc1/r2")
+    f3 = ReplicaChoice("c", None, False, "h3", location="/dc2/r1")
+    hosts = {"h1": "/dc1/r1", "h2": "/dc1/r2", "h3": "/dc2/r1", "h4": "/dc1/r2",
+             "h5": "/dc2/r9"}
+    scan = TabletScan("t", "tab", (lead, f2, f3), None, host_locations=hosts)
+    assert order_replicas(scan, "h3")[0] == f3
+    assert order_replicas(scan, "h1")[0] == lead
+    assert order_replicas(scan, "h4")[0] == f2  # same location as h4
+    assert order_replicas(scan, "h5")[0] == f3  # longest common prefix (/dc2)
+    assert scan.preferred_hosts() == ["h1", "h2", "h3"]  # every replica's host
 
 
-def test_a_replica_on_another_host_with_an_unknown_root_is_unreachable(
+def test_a_task_reads_the_replica_on_its_own_host_from_that_hosts_data_root(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     own = ensure_instance(str(tmp_path / "own"))
     monkeypatch.setenv("SPARK_LOCAL_IP", "h1")
     monkeypatch.setenv("PYSPARK_KUDU_DATA_ROOT", own.data_root)
-    info = TableInfo("t", SCHEMA, {}, (TabletInfo("tab1", ("a", own.uuid)),),
-                     {"a": ("h2", None), own.uuid: ("h1", None)}, None, None, True)
+    info = TableInfo("t", SCHEMA, {}, (TabletInfo("tab1", ("a", own.uuid), "a", 5),),
+                     {"a": ("h2", None, "", None), own.uuid: ("h1", None, "", None)},
+                     None, None, True)
     reader = KuduScanReader(info, ReadOptions(table="t"), SCHEMA.to_spark())
-    root, why = reader._reachable(ReplicaChoice("a", None, True, "h2"))
-    assert root is None and "data root on h2 is not known to this client" in why
-    # The tablet server on this host is found under this host's own data root.
-    assert reader._reachable(ReplicaChoice(own.uuid, None, False, "h1")) == (own.data_root, "")
-    part = TabletPartition("tab1", (ReplicaChoice("a", None, True, "h2"),
-                                    ReplicaChoice(own.uuid, None, False, "h1")), None, 5)
+    (part,) = reader.partitions()
     with pytest.raises(ServiceUnavailableError) as e:
-        list(reader.read(part))  # reachable, but this root holds no replica of tab1
+        list(reader.read(part))  # found under h1's root, but it holds no replica of tab1
     text = str(e.value)
-    assert "tablet tab1: no replica is readable from this task on h1" in text
-    assert "NotFoundError: tablet tab1 has no replica" in text
+    assert "tablet tab1: no replica served a scan from this task on h1" in text
+    assert f"{own.uuid}: NotFoundError: tablet tab1 has no replica" in text
+    assert "a: on h2, and its host has no known tablet server address" in text

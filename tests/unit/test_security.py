@@ -36,9 +36,9 @@ from pyspark_kudu.master.locations import run_location_mapping_cmd
 from pyspark_kudu.master.replica import ReplicaOptions
 from pyspark_kudu.master.server import MasterServer, MasterServerConfig, is_loopback_address
 from pyspark_kudu.schema import ColumnSchema, Schema
-from pyspark_kudu.spark.leader import TabletLeader, TabletReplicas
-from pyspark_kudu.spark.transport import DirectTransport
-from pyspark_kudu.spark.tserver import ensure_instance
+from pyspark_kudu.spark.host.identity import ensure_instance
+from pyspark_kudu.spark.replication.peer_transport import DirectTransport
+from pyspark_kudu.spark.replication.tablet_leader import TabletLeader, TabletReplicas
 from pyspark_kudu.tablet import OpType, Tablet, encode_write_batch
 from pyspark_kudu.tools.connect import read_token
 from pyspark_kudu.wal import WalOptions

@@ -7,7 +7,8 @@ Shape of a run (``python -m pyspark_kudu.tools.faults --mode short --seed 1 --ou
    ``DIR/spark``), a one-process master with a short tablet-server timeout
    (:mod:`.master`), one Spark application with ``sessions`` SparkSessions (the first and
    ``newSession()``\\s of it), each with its own :class:`KuduContext`: independent clients.
-   A tablet is led by the client holding its leadership lease (:mod:`pyspark_kudu.spark.leases`);
+   A tablet is led by the client holding its leadership lease
+   (:mod:`pyspark_kudu.spark.replication.lease_keeper`);
    the others forward their writes, read points and replication actions to it, so a tablet
    copy is not fenced by the other writer (before leases the two fenced each other all run
    long and healing starved). Only the first context runs the healer. Reads are
@@ -31,7 +32,7 @@ Shape of a run (``python -m pyspark_kudu.tools.faults --mode short --seed 1 --ou
 5. After the last fault, the run waits up to ``restore_deadline_s`` for full replication:
    ksck reports every tablet HEALTHY and every voter sits on a host that has an executor
    (a lost host's tablet server must have been replaced). Re-replication is the client's
-   healer (:mod:`pyspark_kudu.spark.healing`, every second here); not getting there within
+   healer (:mod:`pyspark_kudu.spark.healing.healer`, every second here); not getting there within
    the deadline is reported ``"not restored"`` and fails the run (exit 2) after the checks.
 6. Workload stops; the whole table is read; :func:`.checker.check`; ``report.json`` and
    ``timeline.png``; exit 1 on any violation, 2 when the run itself broke.
@@ -376,7 +377,7 @@ class _Watchdog:
 
 
 def _spark_session(master_url: str, cfg: HarnessConfig, deadline_s: float, want: int) -> Any:
-    from pyspark_kudu.spark.standalone import cluster_session
+    from pyspark_kudu.testing.cluster import cluster_session
 
     # SESSION_CONF (in cluster_session): a barrier stage that asks for a lost host's slot
     # fails fast instead of after the default 15 s x 40 checks (DESIGN §4).
@@ -409,9 +410,9 @@ def run(cfg: HarnessConfig, outdir: Path, schedule: Sequence[FaultEvent] | None 
         log: Callable[[str], None] = print) -> RunOutcome:
     """One fault run (see the module docstring). ``schedule`` replays a saved one."""
     from pyspark_kudu.partitioning import HashDimension, PartitionSchema
-    from pyspark_kudu.spark.context import KuduContext
+    from pyspark_kudu.spark.api.context import KuduContext
     from pyspark_kudu.spark.pinned import executor_hosts
-    from pyspark_kudu.spark.standalone import StandaloneCluster
+    from pyspark_kudu.testing.cluster import StandaloneCluster
     from pyspark_kudu.tools.faults.master import MasterProcess
 
     outdir.mkdir(parents=True, exist_ok=True)

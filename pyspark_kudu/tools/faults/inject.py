@@ -50,7 +50,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pyspark_kudu.spark.standalone import StandaloneCluster
+from pyspark_kudu.testing.cluster import StandaloneCluster
 from pyspark_kudu.wal.format import HEADER_SIZE, parse_frame
 
 __all__ = [

@@ -70,8 +70,8 @@ def _wait(cond: Callable[[], bool], what: str, deadline_s: float = 10.0) -> None
 def test_the_client_keeper_routes_renews_lets_idle_leases_lapse_and_releases(
     tmp_path: Path,
 ) -> None:
-    from pyspark_kudu.spark.leases import LeaseKeeper
-    from pyspark_kudu.spark.session import SessionAddress
+    from pyspark_kudu.spark.replication.lease_keeper import LeaseKeeper
+    from pyspark_kudu.spark.replication.session_client import SessionAddress
 
     a_addr = SessionAddress("127.0.0.1", 1, "sa")
     b_addr = SessionAddress("127.0.0.1", 2, "sb")
@@ -108,8 +108,8 @@ def test_the_client_keeper_routes_renews_lets_idle_leases_lapse_and_releases(
 def test_a_keeper_whose_client_cannot_lead_any_more_lets_its_leases_lapse(
     tmp_path: Path,
 ) -> None:
-    from pyspark_kudu.spark.leases import LeaseKeeper
-    from pyspark_kudu.spark.session import SessionAddress
+    from pyspark_kudu.spark.replication.lease_keeper import LeaseKeeper
+    from pyspark_kudu.spark.replication.session_client import SessionAddress
 
     alive = [True]
     with EmbeddedMaster(str(tmp_path), 1) as master, master.client() as client:
@@ -131,8 +131,8 @@ def test_a_keeper_whose_client_cannot_lead_any_more_lets_its_leases_lapse(
 def test_without_a_master_to_ask_the_client_leads_and_keeps_its_leaders() -> None:
     from pyspark_kudu.master.client import MasterClient
     from pyspark_kudu.master.localcluster import free_ports
-    from pyspark_kudu.spark.leases import LeaseKeeper
-    from pyspark_kudu.spark.session import SessionAddress
+    from pyspark_kudu.spark.replication.lease_keeper import LeaseKeeper
+    from pyspark_kudu.spark.replication.session_client import SessionAddress
 
     (port,) = free_ports(1)  # nothing listens there
     with MasterClient(f"127.0.0.1:{port}", timeout_s=1.0, rpc_timeout_s=0.5) as client:
@@ -161,8 +161,8 @@ class _Counting:
 def test_a_held_lease_is_trusted_without_asking_while_a_third_of_it_is_left(
     tmp_path: Path,
 ) -> None:
-    from pyspark_kudu.spark.leases import LeaseKeeper
-    from pyspark_kudu.spark.session import SessionAddress
+    from pyspark_kudu.spark.replication.lease_keeper import LeaseKeeper
+    from pyspark_kudu.spark.replication.session_client import SessionAddress
 
     with EmbeddedMaster(str(tmp_path), 1) as master, master.client() as client:
         counting = _Counting(client)

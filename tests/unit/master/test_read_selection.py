@@ -8,7 +8,9 @@ from pyspark_kudu.master.topology import Replica, TabletServer
 SERVERS = {
     ts.uuid: ts
     for ts in [
-        TabletServer("local", "client-host", location="/dc9/r9"),
+        TabletServer("local", "client-host", location="/dc1/r1"),
+        TabletServer("same-host-elsewhere", "client-host", location="/dc9/r9"),
+        TabletServer("same-host-no-loc", "client-host"),
         TabletServer("same-loc", "h1", location="/dc1/r1"),
         TabletServer("same-dc", "h2", location="/dc1/r2"),
         TabletServer("far", "h3", location="/dc2/r1"),
@@ -29,6 +31,22 @@ def test_closest_replica_prefers_host_then_location_then_longest_prefix() -> Non
     )
     assert [r.ts_uuid for r in ranked][:3] == ["local", "same-loc", "same-dc"]
     assert {r.ts_uuid for r in ranked[3:]} == {"far", "no-loc"}
+
+
+def test_a_replica_on_the_clients_host_is_local_only_if_their_locations_agree() -> None:
+    """Kudu's client rule: same host counts as local when the locations match or one of the
+    two has none; a same-named host in another location ranks by location like any other."""
+    reps = replicas("same-host-elsewhere", "same-loc", "far")
+    ranked = rank_replicas(reps, SERVERS, client_host="client-host",
+                           client_location="/dc1/r1", seed=1)
+    assert ranked[0].ts_uuid == "same-loc"
+    reps = replicas("same-host-no-loc", "same-loc")
+    ranked = rank_replicas(reps, SERVERS, client_host="client-host",
+                           client_location="/dc1/r1", seed=1)
+    assert [r.ts_uuid for r in ranked] == ["same-host-no-loc", "same-loc"]
+    ranked = rank_replicas(replicas("local", "same-dc"), SERVERS, client_host="client-host",
+                           seed=1)  # a client without a location
+    assert ranked[0].ts_uuid == "local"
 
 
 def test_closest_replica_without_local_replica_reads_in_own_location() -> None:

@@ -1,5 +1,5 @@
 """The driver's liveness reporter heartbeats exactly the tablet servers whose host has an
-executor; the master sees the others go quiet (pyspark_kudu.spark.liveness)."""
+executor; the master sees the others go quiet (pyspark_kudu.spark.healing.liveness)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pyspark_kudu.master.embedded import EmbeddedMaster
 from pyspark_kudu.master.entities import TServerMeta
-from pyspark_kudu.spark.liveness import LivenessReporter
+from pyspark_kudu.spark.healing.liveness import LivenessReporter
 from tests.waiting import wait_until
 
 SERVERS = [TServerMeta(f"ts{i}", f"127.0.0.{i + 2}", data_root=f"/d{i}") for i in range(3)]

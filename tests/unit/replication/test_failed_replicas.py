@@ -14,10 +14,11 @@ import pytest
 
 from pyspark_kudu.errors import ServiceUnavailableError
 from pyspark_kudu.schema import ColumnSchema, Schema
-from pyspark_kudu.spark.leader import TabletLeader, TabletReplicas
-from pyspark_kudu.spark.peer import FAILED_FILE, PeerRequest, RequestKind, scan_replica
-from pyspark_kudu.spark.replicas import clear_cache
-from pyspark_kudu.spark.transport import DirectTransport
+from pyspark_kudu.spark.host.handlers import FAILED_FILE, PeerRequest, RequestKind
+from pyspark_kudu.spark.host.replica_cache import clear_cache
+from pyspark_kudu.spark.host.replica_scan import scan_replica
+from pyspark_kudu.spark.replication.peer_transport import DirectTransport
+from pyspark_kudu.spark.replication.tablet_leader import TabletLeader, TabletReplicas
 from pyspark_kudu.tablet import OpType, encode_write_batch
 from pyspark_kudu.wal import SyncPolicy, WalOptions
 
@@ -118,7 +119,7 @@ def test_a_replica_whose_disk_fills_up_is_failed_and_the_majority_goes_on(
 def test_a_replica_left_mid_copy_by_a_crash_serves_nothing(tmp_path: Path) -> None:
     """An install replaces the old tablet step by step; a crash in between leaves the
     ``copying`` marker, and such a replica is refused like a failed one until replaced."""
-    from pyspark_kudu.spark.tabletcopy import COPYING_FILE
+    from pyspark_kudu.spark.host.tabletcopy import COPYING_FILE
 
     transport = DirectTransport({ts: str(tmp_path / ts) for ts in TS}, OPTS)
     lead = _leader(transport)

@@ -11,9 +11,14 @@ from pathlib import Path
 import pytest
 
 from pyspark_kudu.consensus.messages import EntryType
-from pyspark_kudu.spark.leader import FencedError, RoundFailedError, TabletLeader, TabletReplicas
-from pyspark_kudu.spark.peer import replica_storage
-from pyspark_kudu.spark.transport import DirectTransport
+from pyspark_kudu.spark.host.handlers import replica_storage
+from pyspark_kudu.spark.replication.peer_transport import DirectTransport
+from pyspark_kudu.spark.replication.tablet_leader import (
+    FencedError,
+    RoundFailedError,
+    TabletLeader,
+    TabletReplicas,
+)
 from pyspark_kudu.wal import SyncPolicy, WalOptions
 
 OPTS = WalOptions(segment_size=1 << 20, sync_policy=SyncPolicy.FDATASYNC, preallocate=False)
@@ -114,7 +119,7 @@ def test_a_retried_round_writes_nothing_twice(transport: DirectTransport) -> Non
         before = st.wal_stats()
         last = st.last_index()
         again = st.entries(last, last + 1)
-    from pyspark_kudu.spark.peer import PeerRequest, RequestKind, handle_requests
+    from pyspark_kudu.spark.host.handlers import PeerRequest, RequestKind, handle_requests
 
     assert lead.node is not None
     resp = handle_requests(transport.roots["ts-a"], [PeerRequest(

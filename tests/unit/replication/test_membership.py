@@ -15,10 +15,14 @@ import pytest
 from pyspark_kudu.consensus.messages import ConfChange, ConfChangeType
 from pyspark_kudu.errors import IllegalStateError, ProposalDroppedError
 from pyspark_kudu.schema import ColumnSchema, Schema
-from pyspark_kudu.spark.leader import RoundFailedError, TabletLeader, TabletReplicas
-from pyspark_kudu.spark.peer import replica_storage
-from pyspark_kudu.spark.tabletlog import WalCommittedLog
-from pyspark_kudu.spark.transport import DirectTransport
+from pyspark_kudu.spark.host.handlers import replica_storage
+from pyspark_kudu.spark.host.wal_committed_log import WalCommittedLog
+from pyspark_kudu.spark.replication.peer_transport import DirectTransport
+from pyspark_kudu.spark.replication.tablet_leader import (
+    RoundFailedError,
+    TabletLeader,
+    TabletReplicas,
+)
 from pyspark_kudu.tablet import OpType, Tablet, encode_write_batch
 from pyspark_kudu.wal import SyncPolicy, WalOptions
 
@@ -166,8 +170,8 @@ def test_a_copy_in_many_parts_installs_over_several_rounds(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Parts beyond one round's share are kept on the target until the last arrives; the
     staged parts on the leader's host are dropped afterwards."""
-    from pyspark_kudu.spark import leader as leader_mod
-    from pyspark_kudu.spark import tabletcopy
+    from pyspark_kudu.spark.host import tabletcopy
+    from pyspark_kudu.spark.replication import tablet_leader as leader_mod
 
     monkeypatch.setattr(tabletcopy, "PART_BYTES", 2 << 10)
     monkeypatch.setattr(leader_mod, "_COPY_PARTS_PER_ROUND", 2)

@@ -1,5 +1,5 @@
 """Open replicas are reused across requests of one process, and reopened when another
-process changed them (pyspark_kudu.spark.replicas): no entry is lost either way."""
+process changed them (pyspark_kudu.spark.host.replica_cache): no entry is lost either way."""
 
 from __future__ import annotations
 
@@ -11,10 +11,15 @@ from pathlib import Path
 import pytest
 
 from pyspark_kudu.consensus.messages import EntryType, HardState
-from pyspark_kudu.spark.leader import FencedError, TabletLeader, TabletReplicas
-from pyspark_kudu.spark.peer import PeerRequest, RequestKind, replica_storage, tablet_dir
-from pyspark_kudu.spark.replicas import cache_stats, clear_cache, delete_replica, open_replica
-from pyspark_kudu.spark.transport import DirectTransport
+from pyspark_kudu.spark.host.handlers import PeerRequest, RequestKind, replica_storage, tablet_dir
+from pyspark_kudu.spark.host.replica_cache import (
+    cache_stats,
+    clear_cache,
+    delete_replica,
+    open_replica,
+)
+from pyspark_kudu.spark.replication.peer_transport import DirectTransport
+from pyspark_kudu.spark.replication.tablet_leader import FencedError, TabletLeader, TabletReplicas
 from pyspark_kudu.wal import SyncPolicy, WalOptions
 
 OPTS = WalOptions(segment_size=1 << 20, sync_policy=SyncPolicy.FDATASYNC, preallocate=True)
@@ -23,8 +28,8 @@ TABLET = TabletReplicas("t1", TS)
 
 OTHER_CLIENT = textwrap.dedent("""
     import sys
-    from pyspark_kudu.spark.leader import TabletLeader, TabletReplicas
-    from pyspark_kudu.spark.transport import DirectTransport
+    from pyspark_kudu.spark.replication.tablet_leader import TabletLeader, TabletReplicas
+    from pyspark_kudu.spark.replication.peer_transport import DirectTransport
     from pyspark_kudu.wal import SyncPolicy, WalOptions
     opts = WalOptions(segment_size=1 << 20, sync_policy=SyncPolicy.FDATASYNC, preallocate=True)
     ts = ("ts-a", "ts-b", "ts-c")
@@ -105,8 +110,8 @@ RECREATE = textwrap.dedent("""
     import shutil, sys
     from pathlib import Path
     from pyspark_kudu.consensus.messages import HardState
-    from pyspark_kudu.spark.peer import tablet_dir
-    from pyspark_kudu.spark.replicas import open_replica
+    from pyspark_kudu.spark.host.handlers import tablet_dir
+    from pyspark_kudu.spark.host.replica_cache import open_replica
     from pyspark_kudu.wal import SyncPolicy, WalOptions
     opts = WalOptions(segment_size=1 << 20, sync_policy=SyncPolicy.FDATASYNC, preallocate=True)
     root = sys.argv[1]

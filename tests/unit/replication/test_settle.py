@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pyspark_kudu.spark.leader import TabletLeader, TabletReplicas
-from pyspark_kudu.spark.service import ReplicationService
-from pyspark_kudu.spark.transport import DirectTransport
+from pyspark_kudu.spark.replication.peer_transport import DirectTransport
+from pyspark_kudu.spark.replication.tablet_leader import TabletLeader, TabletReplicas
+from pyspark_kudu.spark.replication.write_service import ReplicationService
 from pyspark_kudu.wal import SyncPolicy, WalOptions
 from tests.waiting import wait_until
 

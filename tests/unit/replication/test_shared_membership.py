@@ -1,4 +1,5 @@
-"""Shared rounds for membership changes (spark/sharedrounds.py): concurrent replica adds of
+"""Shared rounds for membership changes (spark/replication/sharedrounds.py): concurrent replica
+adds of
 several tablets run as one round per step, and each tablet gets exactly its own answers."""
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ import pytest
 
 from pyspark_kudu.errors import KuduError
 from pyspark_kudu.schema import ColumnSchema, Schema
-from pyspark_kudu.spark.leader import TabletLeader, TabletReplicas
-from pyspark_kudu.spark.peer import PeerRequest, PeerResponse, RequestKind, replica_storage
-from pyspark_kudu.spark.sharedrounds import SharedRounds
-from pyspark_kudu.spark.tabletlog import WalCommittedLog
-from pyspark_kudu.spark.transport import DirectTransport
+from pyspark_kudu.spark.host.handlers import PeerRequest, PeerResponse, RequestKind, replica_storage
+from pyspark_kudu.spark.host.wal_committed_log import WalCommittedLog
+from pyspark_kudu.spark.replication.peer_transport import DirectTransport
+from pyspark_kudu.spark.replication.sharedrounds import SharedRounds
+from pyspark_kudu.spark.replication.tablet_leader import TabletLeader, TabletReplicas
 from pyspark_kudu.tablet import OpType, Tablet, encode_write_batch
 from pyspark_kudu.wal import SyncPolicy, WalOptions
 

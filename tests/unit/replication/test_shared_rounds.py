@@ -7,9 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from pyspark_kudu.spark.leader import TabletLeader, TabletReplicas, elect_all, replicate
-from pyspark_kudu.spark.service import ReplicationService
-from pyspark_kudu.spark.transport import DirectTransport
+from pyspark_kudu.spark.replication.peer_transport import DirectTransport
+from pyspark_kudu.spark.replication.tablet_leader import (
+    TabletLeader,
+    TabletReplicas,
+    elect_all,
+    replicate,
+)
+from pyspark_kudu.spark.replication.write_service import ReplicationService
 from pyspark_kudu.wal import SyncPolicy, WalOptions
 
 OPTS = WalOptions(segment_size=1 << 20, sync_policy=SyncPolicy.FDATASYNC, preallocate=False)

@@ -1,5 +1,5 @@
 """Write batches staged on executors travel as refs through the driver's log and are replaced
-by the real batch on each replica (pyspark_kudu.spark.dataplane); a ref never reaches a log."""
+by the real batch on each replica (pyspark_kudu.spark.host.dataplane); a ref never reaches a log."""
 
 from __future__ import annotations
 
@@ -12,16 +12,20 @@ import pytest
 
 from pyspark_kudu.partitioning import HashDimension, Partitioner, PartitionSchema, RangePartition
 from pyspark_kudu.schema import ColumnSchema, Schema
-from pyspark_kudu.spark.dataplane import (
+from pyspark_kudu.spark.host.dataplane import (
     REF_MAGIC,
     WAL_REF_MIN_BYTES,
     StagedRef,
     remove_staging,
     stage_batches,
 )
-from pyspark_kudu.spark.leader import RoundFailedError, TabletLeader, TabletReplicas
-from pyspark_kudu.spark.peer import PeerRequest, RequestKind, replica_storage
-from pyspark_kudu.spark.transport import DirectTransport
+from pyspark_kudu.spark.host.handlers import PeerRequest, RequestKind, replica_storage
+from pyspark_kudu.spark.replication.peer_transport import DirectTransport
+from pyspark_kudu.spark.replication.tablet_leader import (
+    RoundFailedError,
+    TabletLeader,
+    TabletReplicas,
+)
 from pyspark_kudu.tablet import OpType, decode_write_batch
 from pyspark_kudu.wal import SyncPolicy, WalOptions
 

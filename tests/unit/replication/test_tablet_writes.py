@@ -7,10 +7,10 @@ from pathlib import Path
 import pyarrow as pa
 
 from pyspark_kudu.schema import ColumnSchema, Predicate, Schema
-from pyspark_kudu.spark.leader import TabletLeader, TabletReplicas
-from pyspark_kudu.spark.peer import replica_storage
-from pyspark_kudu.spark.tabletlog import WalCommittedLog
-from pyspark_kudu.spark.transport import DirectTransport
+from pyspark_kudu.spark.host.handlers import replica_storage
+from pyspark_kudu.spark.host.wal_committed_log import WalCommittedLog
+from pyspark_kudu.spark.replication.peer_transport import DirectTransport
+from pyspark_kudu.spark.replication.tablet_leader import TabletLeader, TabletReplicas
 from pyspark_kudu.tablet import OpType, Tablet, encode_write_batch
 from pyspark_kudu.wal import SyncPolicy, WalOptions
 

@@ -1,0 +1,133 @@
+"""``KuduContext.read_table``: a table as a lazy DataFrame, one Spark partition per tablet.
+
+kudu-spark's ``KuduRDD`` (STYLE.md): planning turns the scan into one *scan token* per tablet
+left after pruning (:class:`~pyspark_kudu.spark.host.replica_reader.TabletScan`) whose
+preferred locations are the hosts of every replica it may read -- all voters for
+``closest_replica``, the leader alone for ``leader_only`` and linearizable reads -- and the
+task rebuilds a scanner from its token that reads the closest replica, local or remote
+(:func:`~pyspark_kudu.spark.host.replica_reader.read_tablet`). Where Spark puts a task (it
+waits only ``spark.locality.wait`` for a preferred host) changes speed, never correctness.
+
+Read points: a tablet this client leads is read at its leader's commit index (the leader
+replica up to it, a follower at it as a snapshot: read-your-writes either way); another
+tablet at the last commit index any client reported; a tablet nobody reported yet, as what
+each replica knows committed.
+
+Thread-safety: functions only; planning reads the context's leaders under its lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql.types import BinaryType, StructField, StructType
+
+from pyspark_kudu.errors import InvalidArgumentError, ServiceUnavailableError
+from pyspark_kudu.master.entities import MemberType
+from pyspark_kudu.partitioning import Partitioner, PartitionSchema
+from pyspark_kudu.schema import Predicate, Schema
+from pyspark_kudu.spark.host.replica_reader import ReplicaChoice, TabletScan, read_tablet
+from pyspark_kudu.spark.pinned import pinned_rdd
+
+if TYPE_CHECKING:  # pragma: no cover - the context imports this module
+    from pyspark_kudu.spark.api.context import KuduContext
+
+__all__ = ["LOCALITIES", "READ_MODES", "out_schema_to_spark", "read_table"]
+
+LOCALITIES = ("closest_replica", "leader_only")
+READ_MODES = ("read_latest", "linearizable")
+
+
+def read_table(kudu: KuduContext, name: str, columns: Sequence[str] | None,
+               predicates: Sequence[Predicate], snapshot: int | None, locality: str,
+               read_mode: str) -> DataFrame:
+    """See :meth:`KuduContext.read_table`."""
+    if locality not in LOCALITIES:
+        raise InvalidArgumentError(
+            f"unknown scan locality {locality!r}: use closest_replica or leader_only")
+    if read_mode not in READ_MODES:
+        raise InvalidArgumentError(
+            f"unknown read mode {read_mode!r}: use read_latest or linearizable")
+    kudu.refresh_servers()
+    locs = kudu.master.get_table(name)
+    schema = locs.table.schema
+    out_schema = schema.project(None if columns is None else list(columns))
+    partitioner = Partitioner(schema, PartitionSchema.from_dict(
+        locs.table.partition_schema, schema))
+    servers = {s.uuid: s for s in kudu.servers}
+    unreachable = kudu.transport.unreachable()
+    where = kudu.server_locations()
+    host_locations = {s.host: where.get(s.uuid) for s in kudu.servers}
+    conf_root = kudu.spark.sparkContext.getConf().get("spark.kudu.dataRoot", None)
+    types = {c.name: c.type for c in schema.columns}
+    cols = None if columns is None else tuple(columns)
+
+    def choice(ts: str, leader: bool) -> ReplicaChoice:
+        s = servers.get(ts)
+        meta = locs.tservers.get(ts)
+        address = (s.address if s is not None else "") or (
+            f"{meta.host}:{meta.port}" if meta is not None and meta.port else "")
+        return ReplicaChoice(ts, s.root if s is not None else None, leader,
+                             s.host if s is not None else (meta.host if meta else ""),
+                             address, where.get(ts))
+
+    pruned = partitioner.prune(predicates)
+    points = (kudu._read_points(locs, [locs.tablets[p].tablet_id for p in pruned])
+              if read_mode == "linearizable" else {})
+    tasks: list[tuple[Any, list[str]]] = []
+    for pidx in pruned:
+        tablet = locs.tablets[pidx]
+        tid = tablet.tablet_id
+        require = False
+        known: int | None
+        if tid in points:
+            leader, known = points[tid]
+            require = True
+        else:
+            leader, known = kudu.known_commit(tid, tablet.leader, tablet.committed_index)
+        voters = [r.ts_uuid for r in tablet.replicas
+                  if r.member_type is MemberType.VOTER and r.ts_uuid not in unreachable]
+        if require or (locality == "leader_only" and leader):
+            chosen = [choice(leader, True)]
+        else:
+            # Voters only: a NON_VOTER may still be receiving its tablet copy.
+            chosen = [choice(v, v == leader) for v in voters]
+        if not chosen:
+            raise ServiceUnavailableError(f"tablet {tid} of {name}: no replica is reachable")
+        scan = TabletScan(name, tid, tuple(chosen), cols, tuple(predicates), snapshot, known,
+                          require, data_root_conf=conf_root, host_locations=host_locations,
+                          types=types)
+        tasks.append((scan, scan.preferred_hosts()))
+    spark_schema = out_schema_to_spark(out_schema, schema)
+    if not tasks:
+        return kudu.spark.createDataFrame([], spark_schema)
+    rdd = pinned_rdd(kudu.spark.sparkContext, tasks).mapPartitions(_scan_partition)
+    raw = kudu.spark.createDataFrame(rdd, StructType([StructField("ipc", BinaryType(), False)]))
+    return raw.mapInArrow(_decoder(out_schema), spark_schema)
+
+
+def out_schema_to_spark(arrow: pa.Schema, schema: Schema) -> StructType:
+    """The Spark schema of a projection, nullability included (DESIGN §4: it must match)."""
+    full = schema.to_spark()
+    return StructType([full[f.name] for f in arrow])
+
+
+def _scan_partition(it: Iterator[TabletScan]) -> Iterator[tuple[bytes]]:
+    for scan in it:
+        for batch in read_tablet(scan):
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, batch.schema) as w:
+                w.write_batch(batch)
+            yield (sink.getvalue().to_pybytes(),)
+
+
+def _decoder(schema: pa.Schema) -> Any:
+    def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in batches:
+            for buf in b.column(0).to_pylist():
+                for rb in pa.ipc.open_stream(buf):
+                    yield rb.cast(schema)
+    return decode

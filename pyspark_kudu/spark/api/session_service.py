@@ -1,0 +1,346 @@
+"""The session service: the user's driver process, as seen from the ``kudu`` data source.
+
+DESIGN §4: a Python data source runs ``schema()``, ``reader()``, ``writer()`` and
+``commit()`` in *separate Python worker processes* on the driver host, never in the process
+that holds the :class:`~pyspark_kudu.spark.api.context.KuduContext` (its master client, its
+tablets' leader state, its replication service). So the context runs this small service and
+the data source calls it:
+
+=================  ===========================================================================
+``describe``       a table's schema, partition schema, tablets (replicas, leader, the commit
+                   index this client knows: read-your-writes), tablet servers and staging root
+``commit``         replicate the batches writer tasks staged (``KuduContext.commit_staged``),
+                   then discard the staging; returns the ``WriteSummary`` or the error
+``abort``          discard the staging of a failed write
+``commit_stream``  ``commit`` of one streaming micro-batch, exactly once per
+                   ``(table, stream id, batch id)`` (see below)
+``read_points``    per tablet, the leader replica and an empty entry's index committed after
+                   the call began (``kudu.readMode=linearizable``)
+``lead_commit``    another client's staged batches, for tablets this client holds the
+                   leadership lease of (:mod:`~pyspark_kudu.spark.replication.lease_keeper`); the
+                   caller discards its staging
+``lead_read``      linearizable read points of tablets this client leads
+``lead_heal``      replication actions on tablets this client leads
+=================  ===========================================================================
+
+The ``lead_*`` methods serve *other clients* (other KuduContexts, possibly of other
+applications): the master's lease table hands them this service's address and secret. A
+client asked to lead a tablet whose lease it no longer holds answers ``NotLeaderError``
+before proposing anything, and the caller routes again.
+
+Decisions:
+
+- **Transport**: a threaded TCP server bound to ``127.0.0.1`` (or the address in
+  ``spark.kudu.sessionService.host``, for clients in other hosts' drivers that forward to
+  this one, :mod:`~pyspark_kudu.spark.replication.lease_keeper`) on an ephemeral port, one request
+  per connection,
+  length-prefixed JSON. Chosen over Arrow Flight because the callers
+  are short-lived Python workers forked by Spark (no gRPC threads to start in them) and the
+  bodies are small JSON documents; a call may take as long as a replication round, so the
+  connection has no read deadline once authenticated.
+- **Authentication**: a random per-application secret (``secrets.token_hex(32)``) sent as the
+  first bytes of every connection and compared in constant time (``hmac.compare_digest``)
+  before the body is read. Only the data source classes this session registered carry it
+  (as class attributes pickled by value, see :func:`register`).
+- **Errors** travel as ``{type, message}`` and are rebuilt by the client as the same
+  :mod:`pyspark_kudu.errors` class (``RowWriteError`` with its ``errors`` and
+  ``rows_written``); anything else becomes a ``RemoteError`` naming the original type.
+  Spark then wraps the error of ``commit()`` in its own exception: the user sees the class
+  name and message in the text of the exception ``save()`` raises.
+- **Streaming exactly once**: the committed micro-batches of a stream are recorded under
+  ``<warehouse>/streams/<table>/<stream id>.json`` (atomic replace) *after* the batch
+  committed. Spark runs micro-batches of one query strictly in order and, after a restart
+  from its checkpoint, replays at most the batches it had not recorded as committed; so a
+  batch id at or below the recorded one is a replay and is acknowledged without writing.
+  Remaining window: a crash after the replication committed and before the record is
+  written replays that one batch; with ``upsert`` (the default), ``insert_ignore``,
+  ``update``, ``update_ignore`` or ``delete_ignore`` the replay rewrites what it wrote
+  (no later batch has run yet) and is harmless; with ``insert`` it reports its rows as
+  ``AlreadyPresent`` and with ``delete`` as ``NotFound``. A batch whose rows partly failed
+  (``RowWriteError``) is recorded too: the replication happened, and replaying it could only
+  repeat or worsen the row errors. A *new* checkpoint needs a new stream id: the default
+  stream id is the checkpoint's query id, so that happens by itself; an explicit
+  ``kudu.streamId`` must be changed, or the new query's first batches count as replays.
+
+The service depends on a small interface, :class:`SessionBackend` (what a
+:class:`~pyspark_kudu.spark.api.context.KuduContext` offers), never on the context itself;
+the client side and the wire format live in
+:mod:`~pyspark_kudu.spark.replication.session_client`.
+
+Thread-safety: :class:`SessionService` is thread-safe (the backend's methods are, and each
+stream's ledger entry is updated under its own lock).
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import json
+import logging
+import secrets
+import socket
+import socketserver
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from typing import Any, Protocol
+from urllib.parse import quote
+
+from pyspark_kudu.errors import InvalidArgumentError, KuduError, RowWriteError
+from pyspark_kudu.fileio import FileIO
+from pyspark_kudu.spark.host.dataplane import StagedRef
+from pyspark_kudu.spark.replication.session_client import (
+    MAGIC,
+    SessionAddress,
+    TableInfo,
+    encode_error,
+    recv_exact,
+    recv_json,
+    send_json,
+)
+from pyspark_kudu.spark.replication.write_service import WriteSummary
+
+__all__ = [
+    "FILTER_PUSHDOWN_CONF",
+    "SERVICE_HOST_CONF",
+    "SessionBackend",
+    "SessionService",
+    "StreamLedger",
+]
+
+_log = logging.getLogger(__name__)
+
+FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+SERVICE_HOST_CONF = "spark.kudu.sessionService.host"
+_AUTH_TIMEOUT_S = 10.0
+
+
+class SessionBackend(Protocol):
+    """What the service needs of the client it serves (a ``KuduContext`` offers it)."""
+
+    @property
+    def warehouse(self) -> str: ...
+
+    @property
+    def master_addresses(self) -> tuple[str, ...]: ...
+
+    def describe(self, table: str) -> TableInfo: ...
+
+    def commit_staged(self, table: str, staged: Sequence[StagedRef],
+                      bad_rows: Sequence[str] = (), *, forwarded: bool = False
+                      ) -> WriteSummary: ...
+
+    def discard_staged(self, write_id: str) -> None: ...
+
+    def read_points(self, table: str, tablet_ids: Sequence[str], *, forwarded: bool = False
+                    ) -> dict[str, tuple[str, int]]: ...
+
+    def execute_replication_actions(self, actions: Sequence[dict[str, Any]], *,
+                                    forwarded: bool = False
+                                    ) -> list[tuple[KuduError | None, float]]: ...
+
+
+class StreamLedger:
+    """The last committed micro-batch of each (table, stream), one small JSON file each.
+
+    Thread-safety: not by itself; :class:`SessionService` serialises each stream's updates.
+    """
+
+    def __init__(self, warehouse: str) -> None:
+        self._io = FileIO(warehouse).child("streams")
+
+    @staticmethod
+    def _parts(table: str, stream_id: str) -> tuple[str, str]:
+        # Table names may hold any character; quote them (dots too: no "." or "..").
+        return quote(table, safe="").replace(".", "%2E"), f"{stream_id}.json"
+
+    def last_batch(self, table: str, stream_id: str) -> int | None:
+        parts = self._parts(table, stream_id)
+        if not self._io.exists(*parts):
+            return None
+        return int(json.loads(self._io.read_bytes(*parts))["last_batch_id"])
+
+    def record(self, table: str, stream_id: str, batch_id: int) -> None:
+        doc = {"table": table, "stream_id": stream_id, "last_batch_id": int(batch_id),
+               "recorded_at": time.time()}
+        self._io.atomic_write(json.dumps(doc).encode(), *self._parts(table, stream_id))
+
+
+class _Server(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    service: SessionService
+
+
+class _Handler(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        server = self.server
+        assert isinstance(server, _Server)
+        service = server.service
+        sock: socket.socket = self.request
+        expected = MAGIC + service.secret.encode()
+        sock.settimeout(_AUTH_TIMEOUT_S)
+        try:
+            got = recv_exact(sock, len(expected))
+        except (OSError, EOFError):
+            return
+        if not hmac.compare_digest(got, expected):
+            _log.warning("kudu session service refused a call with a wrong secret")
+            send_json(sock, {"ok": False, "error": {
+                "type": "InvalidArgumentError", "family": "usage",
+                "message": "the kudu session service refused the call: wrong secret (only the "
+                           "data source registered by this application's KuduContext may "
+                           "call it)"}})
+            return
+        try:
+            request = recv_json(sock)
+        except (OSError, EOFError, ValueError, KuduError) as e:
+            _log.warning("kudu session service: unreadable request: %s", e)
+            return
+        sock.settimeout(None)
+        if not isinstance(request, dict):
+            request = {}
+        try:
+            result = service.dispatch(str(request.get("method", "")), request.get("body") or {})
+            reply: dict[str, Any] = {"ok": True, "result": result}
+        except KuduError as e:
+            reply = {"ok": False, "error": encode_error(e)}
+        except Exception as e:  # a bug or a Spark failure: report it rather than hang up
+            _log.exception("kudu session service call failed")
+            reply = {"ok": False, "error": encode_error(e)}
+        try:
+            send_json(sock, reply)
+        except OSError as e:
+            _log.warning("kudu session service: caller went away before the reply: %s", e)
+
+
+class SessionService:
+    """Serves one :class:`KuduContext` to the ``kudu`` data source (see the module docstring).
+
+    Listens on ``host`` (default ``127.0.0.1``) only, on an ephemeral port, from
+    construction until :meth:`close`.
+    """
+
+    def __init__(self, kudu: SessionBackend, *, secret: str | None = None,
+                 host: str = "127.0.0.1") -> None:
+        self._kudu = kudu
+        self.secret = secret or secrets.token_hex(32)
+        self._ledger = StreamLedger(kudu.warehouse)
+        self._locks_guard = threading.Lock()
+        self._stream_locks: dict[tuple[str, str], threading.Lock] = {}
+        try:
+            self._server = _Server((host, 0), _Handler)
+        except OSError as e:
+            raise InvalidArgumentError(
+                f"{SERVICE_HOST_CONF}={host!r}: the kudu session service cannot listen there "
+                f"({e}); name an address of this driver host") from e
+        self._server.service = self
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        name="kudu-session-service", daemon=True)
+        self._thread.start()
+
+    @property
+    def address(self) -> SessionAddress:
+        host, port = self._server.server_address[:2]
+        return SessionAddress(str(host), int(port), self.secret,
+                              tuple(self._kudu.master_addresses))
+
+    def close(self) -> None:
+        """Stop listening and wait for the accept loop (calls in flight finish on their own)."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+
+    def __enter__(self) -> SessionService:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- methods ---------------------------------------------------------------------------
+    def dispatch(self, method: str, body: Mapping[str, Any]) -> Any:
+        """Run one call (also usable in-process, e.g. by tests)."""
+        match method:
+            case "describe":
+                return self.describe(str(body["table"])).to_dict()
+            case "commit":
+                return asdict(self.commit(str(body["table"]), _refs(body), _bad(body),
+                                          _ids(body)))
+            case "abort":
+                self.abort(_ids(body))
+                return None
+            case "commit_stream":
+                out = self.commit_stream(str(body["table"]), str(body["stream_id"]),
+                                         int(body["batch_id"]), _refs(body), _bad(body),
+                                         _ids(body))
+                return None if out is None else asdict(out)
+            case "lead_commit":
+                return asdict(self._kudu.commit_staged(str(body["table"]), _refs(body),
+                                                       _bad(body), forwarded=True))
+            case "read_points" | "lead_read":
+                points = self._kudu.read_points(str(body["table"]),
+                                                [str(t) for t in body["tablet_ids"]],
+                                                forwarded=method == "lead_read")
+                return {t: [ts, i] for t, (ts, i) in points.items()}
+            case "lead_heal":
+                done = self._kudu.execute_replication_actions(
+                    [dict(a) for a in body["actions"]], forwarded=True)
+                return [[None if e is None else encode_error(e), took] for e, took in done]
+        raise InvalidArgumentError(f"unknown session service method {method!r}")
+
+    def describe(self, table: str) -> TableInfo:
+        return self._kudu.describe(table)
+
+    def commit(self, table: str, refs: Sequence[StagedRef], bad_rows: Sequence[str],
+               write_ids: Sequence[str]) -> WriteSummary:
+        try:
+            return self._kudu.commit_staged(table, refs, bad_rows)
+        finally:
+            self.abort(write_ids)
+
+    def abort(self, write_ids: Sequence[str]) -> None:
+        for wid in dict.fromkeys(write_ids):
+            self._kudu.discard_staged(wid)
+
+    def commit_stream(self, table: str, stream_id: str, batch_id: int,
+                      refs: Sequence[StagedRef], bad_rows: Sequence[str],
+                      write_ids: Sequence[str]) -> WriteSummary | None:
+        """Commit micro-batch ``batch_id`` of ``stream_id`` unless already recorded."""
+        with self._stream_lock(table, stream_id):
+            last = self._ledger.last_batch(table, stream_id)
+            if last is not None and batch_id <= last:
+                _log.info("stream %s of table %s: batch %d already committed (last %d); "
+                          "acknowledging the replay without writing", stream_id, table,
+                          batch_id, last)
+                self.abort(write_ids)
+                return None
+            try:
+                summary = self.commit(table, refs, bad_rows, write_ids)
+            except RowWriteError:
+                self._ledger.record(table, stream_id, batch_id)  # applied, with row errors
+                raise
+            self._ledger.record(table, stream_id, batch_id)
+            return summary
+
+    def _stream_lock(self, table: str, stream_id: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._stream_locks.setdefault((table, stream_id), threading.Lock())
+
+
+def _refs(body: Mapping[str, Any]) -> list[StagedRef]:
+    out = []
+    for text in body.get("refs") or []:
+        ref = StagedRef.decode(base64.b64decode(text))
+        if ref is None:
+            raise InvalidArgumentError("commit carries a value that is not a staged-batch ref")
+        out.append(ref)
+    return out
+
+
+def _bad(body: Mapping[str, Any]) -> list[str]:
+    return [str(r) for r in body.get("bad_rows") or []]
+
+
+def _ids(body: Mapping[str, Any]) -> list[str]:
+    return [str(w) for w in body.get("write_ids") or []]

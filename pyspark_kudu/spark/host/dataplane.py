@@ -1,0 +1,322 @@
+"""The data plane of a write: batches encoded on executors, moved by Spark shuffles only.
+
+DESIGN §3 step 1-2: a write's rows are routed to tablets and encoded **once, on the executors
+that hold them**, and every replica's host receives each batch through a Spark shuffle. Rows
+never pass through the driver. The pieces:
+
+1. **Staging** (:func:`stage_batches`, run by ``mapInArrow`` where the DataFrame's partitions
+   are): rows are routed to tablets and each tablet's rows are encoded as write batches of at
+   most ``max_rows`` rows, written to ``<data root>/staging/<write id>/`` on that host. The
+   task returns one small :class:`StagedRef` per batch (host, path, size, CRC32C, rows,
+   operation).
+2. **Proposal**: the driver proposes each ref as the *data of a Raft entry*. The leader's log
+   in the driver therefore holds refs of a few hundred bytes, not rows.
+3. **Delivery** (``SparkTransport._run_with_data`` in
+:mod:`~pyspark_kudu.spark.replication.spark_rounds`):
+   a round whose requests carry ref entries is one job of two stages. The map stage runs a
+   task pinned to each staging host that reads the staged files and emits
+   ``(destination host, bytes)`` for every replica host that needs them; Spark shuffles
+   them. The barrier stage zips the pinned per-host requests with the shuffle's partitions
+   (one partition per destination host: the pinned side's location decides where the task
+   runs), and each task substitutes the delivered bytes for the refs (:func:`resolve_refs`,
+   CRC checked) before the replica sees them. So the WAL of every replica holds the real
+   batch; a ref is never written to a log (the replica refuses one, :func:`contains_ref`).
+4. **Cleanup** (:func:`remove_staging`): once the write returned, a pinned job removes its
+   staging directories. A follower that missed the batch is later caught up from the
+   leader replica's log, not from staging: the leader replica answers ``READ_ENTRIES``
+   with refs to its log entries (:func:`wal_ref`) and the same shuffle moves them from its
+   host to the follower's.
+
+A staged file lost with its executor makes the round fail with a clear error before
+anything of that write is visible; the caller may retry the write.
+
+Thread-safety: module functions are pure or touch only their task's files.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import google_crc32c
+import pyarrow as pa
+from pyspark import SparkContext
+
+from pyspark_kudu.consensus.messages import Entry, Message
+from pyspark_kudu.errors import CorruptionError, InvalidArgumentError
+from pyspark_kudu.fileio import make_private_dirs, open_private
+from pyspark_kudu.partitioning import Partitioner
+from pyspark_kudu.schema import Schema
+from pyspark_kudu.spark.host.identity import current_host, local_data_root
+from pyspark_kudu.tablet import OpType, encode_write_batch
+
+__all__ = [
+    "REF_MAGIC",
+    "STAGING_DIR",
+    "StagedRef",
+    "StagingJanitor",
+    "contains_ref",
+    "read_staged",
+    "refs_in",
+    "remove_staging",
+    "resolve_refs",
+    "stage_batches",
+    "staging_schema",
+    "wal_ref",
+]
+
+_log = logging.getLogger(__name__)
+
+REF_MAGIC = b"\x00KREF1"
+STAGING_DIR = "staging"
+
+
+@dataclass(frozen=True)
+class StagedRef:
+    """Where one encoded write batch waits to be replicated (the data of a ref entry)."""
+
+    host: str
+    root: str
+    path: str  # relative to root: staging/<write id>/<name>
+    size: int
+    crc: int
+    rows: int
+    tablet: int  # partition index of the tablet
+    op: int = 0  # the OpType of every row (0: not a staged write, e.g. a log entry)
+
+    def encode(self) -> bytes:
+        return REF_MAGIC + json.dumps(
+            [self.host, self.root, self.path, self.size, self.crc, self.rows, self.tablet,
+             self.op]).encode()
+
+    @staticmethod
+    def decode(data: bytes) -> StagedRef | None:
+        """The ref in an entry's data, or None if the data is not a ref."""
+        if not data.startswith(REF_MAGIC):
+            return None
+        host, root, path, size, crc, rows, tablet, op = json.loads(data[len(REF_MAGIC):])
+        return StagedRef(str(host), str(root), str(path), int(size), int(crc), int(rows),
+                         int(tablet), int(op))
+
+
+def staging_schema() -> str:
+    """The row type ``stage_batches`` yields (a Spark DDL string)."""
+    return "ref binary, bad_row string"
+
+
+def stage_batches(schema: Schema, partitioner: Partitioner, op: OpType, write_id: str,
+                  root: str | None, max_rows: int
+                  ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function of the staging job (see module docstring, step 1).
+
+    Each output row is either an encoded :class:`StagedRef` (``ref``) or, for a row no range
+    partition covers, that row as JSON (``bad_row``): Kudu reports those per row.
+    Encoding validates the rows (types, nulls, key columns) and raises
+    :class:`InvalidArgumentError` naming the problem, which fails the job before anything
+    is proposed.
+    """
+    out_schema = pa.schema([pa.field("ref", pa.binary()), pa.field("bad_row", pa.string())])
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        data_root = local_data_root(root)
+        host = current_host()
+        pending: dict[int, list[pa.Table]] = {}
+        counts: dict[int, int] = {}
+
+        def flush(pidx: int, rows: pa.Table) -> pa.RecordBatch:
+            enc = encode_write_batch(schema, op, rows)
+            rel = os.path.join(STAGING_DIR, write_id, f"{uuid.uuid4().hex}.bin")
+            full = os.path.join(data_root, rel)
+            make_private_dirs(os.path.dirname(full))
+            with open_private(full, "wb") as f:
+                f.write(enc)
+            ref = StagedRef(host, data_root, rel, len(enc), google_crc32c.value(enc),
+                            rows.num_rows, pidx, int(op))
+            return pa.RecordBatch.from_arrays(
+                [pa.array([ref.encode()], pa.binary()), pa.array([None], pa.string())],
+                schema=out_schema)
+
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            for pidx, part in partitioner.split_batch(batch).items():
+                if pidx < 0:
+                    rows = [json.dumps(r, default=str) for r in part.to_pylist()]
+                    yield pa.RecordBatch.from_arrays(
+                        [pa.array([None] * len(rows), pa.binary()), pa.array(rows)],
+                        schema=out_schema)
+                    continue
+                pending.setdefault(pidx, []).append(part)
+                counts[pidx] = counts.get(pidx, 0) + part.num_rows
+                if counts[pidx] >= max_rows:
+                    table = pa.concat_tables(pending.pop(pidx))
+                    full_batches = table.num_rows // max_rows * max_rows
+                    for off in range(0, full_batches, max_rows):
+                        yield flush(pidx, table.slice(off, max_rows))
+                    rest = table.slice(full_batches)
+                    counts[pidx] = rest.num_rows
+                    pending[pidx] = [rest] if rest.num_rows else []
+        for pidx in sorted(pending):
+            if counts.get(pidx):
+                yield flush(pidx, pa.concat_tables(pending[pidx]))
+
+    return run
+
+
+_WAL_PREFIX = "wal/"
+WAL_REF_MIN_BYTES = 4096
+
+
+def wal_ref(host: str, root: str, tablet_id: str, entry: Entry) -> StagedRef:
+    """A ref to a log entry of a replica on ``host``: catch-up moves a lagging follower's
+    missing entries by the same shuffle as staged batches, not through the driver."""
+    return StagedRef(host, root, f"{_WAL_PREFIX}{tablet_id}/{entry.index}", len(entry.data),
+                     google_crc32c.value(entry.data), 0, -1)
+
+
+def _read_wal_entry(ref: StagedRef) -> bytes | None:
+    from pyspark_kudu.fileio import FileIO
+    from pyspark_kudu.spark.host.replica_cache import open_replica
+
+    tablet_id, index = ref.path[len(_WAL_PREFIX):].rsplit("/", 1)
+    root = local_data_root(ref.root)
+    if not os.path.isdir(os.path.join(root, "tablets", tablet_id)):
+        return None
+    try:
+        with open_replica(root, FileIO(root).child("tablets", tablet_id), tablet_id, None,
+                          mutate=False) as handle:
+            (entry,) = handle.storage.entries(int(index), int(index) + 1)
+    except Exception:  # compacted, damaged, or no such replica here: not deliverable
+        _log.warning("log entry %s is not readable on %s", ref.path, current_host(),
+                     exc_info=True)
+        return None
+    return entry.data
+
+
+def read_staged(ref: StagedRef) -> bytes | None:
+    """The staged batch (or log entry), or None if this host does not have it intact."""
+    if ref.path.startswith(_WAL_PREFIX):
+        data = _read_wal_entry(ref)
+    else:
+        try:
+            with open(os.path.join(local_data_root(ref.root), ref.path), "rb") as f:
+                data = f.read()
+        except OSError:
+            return None
+    if data is None:
+        return None
+    if len(data) != ref.size or google_crc32c.value(data) != ref.crc:
+        return None
+    return data
+
+
+def refs_in(messages: Iterable[Message], entries: Iterable[Entry]) -> list[StagedRef]:
+    """The staged refs carried by these entries and messages' entries."""
+    out = []
+    for e in (*entries, *(e for m in messages for e in m.entries)):
+        ref = StagedRef.decode(e.data)
+        if ref is not None:
+            out.append(ref)
+    return out
+
+
+def contains_ref(entries: Iterable[Entry]) -> bool:
+    return any(e.data.startswith(REF_MAGIC) for e in entries)
+
+
+def resolve_refs(entries: Sequence[Entry], delivered: Mapping[str, bytes]) -> tuple[Entry, ...]:
+    """``entries`` with every ref replaced by its delivered batch (CRC and size checked).
+
+    Raises:
+        CorruptionError: a batch was not delivered or does not match its ref; the caller
+            reports it and writes nothing.
+    """
+    out = []
+    for e in entries:
+        ref = StagedRef.decode(e.data)
+        if ref is None:
+            out.append(e)
+            continue
+        data = delivered.get(ref.path)
+        if data is None:
+            raise CorruptionError(
+                f"entry {e.index}: staged batch {ref.path} from {ref.host} was not delivered "
+                f"(its executor may have been lost); retry the write")
+        if len(data) != ref.size or google_crc32c.value(data) != ref.crc:
+            raise CorruptionError(
+                f"entry {e.index}: staged batch {ref.path} from {ref.host} arrived damaged "
+                f"({len(data)} bytes, expected {ref.size} with CRC32C {ref.crc})")
+        out.append(replace(e, data=data))
+    return tuple(out)
+
+
+def remove_staging(root: str | None, write_ids: Sequence[str]) -> int:
+    """Remove the staging directories of ``write_ids`` under this host's data root."""
+    base = os.path.join(local_data_root(root), STAGING_DIR)
+    removed = 0
+    for wid in write_ids:
+        if not wid or os.sep in wid or wid in (".", ".."):
+            raise InvalidArgumentError(f"bad write id {wid!r}")
+        path = os.path.join(base, wid)
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+            removed += 1
+    return removed
+
+
+def _remove_task(payload: tuple[str | None, tuple[str, ...]]) -> int:
+    root, ids = payload
+    return remove_staging(root, ids)
+
+
+class StagingJanitor:
+    """Removes finished writes' staging directories in the background: one pinned job per
+    batch of finished writes on every tablet-server host (a staging task that Spark retried
+    may have left files on any of them), so a write does not wait for its cleanup.
+
+    Thread-safety: ``remove`` may be called from any thread; ``close`` waits for the queue.
+    """
+
+    def __init__(self, sc: SparkContext, hosts: Sequence[str], root: str | None) -> None:
+        self._sc = sc
+        self._hosts = sorted(set(hosts))
+        self._root = root
+        self._queue: list[str] = []
+        self._cv = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name="kudu-staging-janitor",
+                                        daemon=True)
+        self._thread.start()
+
+    def remove(self, write_id: str) -> None:
+        with self._cv:
+            self._queue.append(write_id)
+            self._cv.notify()
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        from pyspark_kudu.spark.pinned import pinned_rdd
+
+        while True:
+            with self._cv:
+                while not self._queue and not self._closed:
+                    self._cv.wait()
+                if not self._queue:
+                    return
+                ids, self._queue = tuple(self._queue), []
+            try:
+                pinned_rdd(self._sc, [((self._root, ids), [h]) for h in self._hosts]
+                           ).map(_remove_task).collect()
+            except Exception as e:  # a lost host keeps its files until the next cleanup
+                _log.warning("removing staged batches of %d writes failed: %s", len(ids), e)

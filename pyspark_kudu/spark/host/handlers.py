@@ -1,0 +1,541 @@
+"""The replica side of replication: what a pinned task does to the replicas on its host.
+
+DESIGN §3: the leader's Raft state machine runs in the client's driver; every replica's
+*persistent* state (term, vote, log, configuration) lives on its tablet server. A pinned task
+receives :class:`PeerRequest`s for the replicas of its tablet server and returns one
+:class:`PeerResponse` each. Nothing here imports Spark, so the same code runs in executor
+tasks, in ``local[*]`` virtual tablet servers and in plain unit tests.
+
+Requests:
+
+=============  ==============================================================================
+CREATE         create the replica; founding members get the group's configuration bootstrapped
+               into their log (:func:`~pyspark_kudu.consensus.storage.bootstrap`), joiners
+               start empty and learn it from the leader.
+READ_STATE     hard state, configuration, log bounds and the uncommitted tail: what a client
+               needs to act as this replica's leader state machine.
+PERSIST        the *leader's own* log and hard state, written on the leader replica's host.
+               Fencing: refused unless the replica's durable term equals the request's and
+               it voted for itself in that term; a replica that moved on to a newer term
+               never takes entries from an older leader.
+STEP           Raft messages to a follower (AppendEntries, heartbeats, RequestVote, ...). A
+               follower ``RaftNode`` is rebuilt from durable state, steps the messages,
+               persists (entries fsynced through the WAL's group commit) and returns its
+               responses; durable state is all a follower needs to answer correctly.
+READ_ENTRIES   log entries ``[lo, hi)`` and the term at ``lo - 1``, for catching a lagging
+               follower up from a healthy replica; with ``as_refs`` large entries come back
+               as refs to this replica's log, delivered to the follower by shuffle.
+COPY_OUT       stage a tablet copy of this replica (:mod:`~pyspark_kudu.spark.host.tabletcopy`):
+               answers refs to its parts (``entries``), the applied index it stands for
+               (``last_index``), that index's term (``prev_term``) and configuration.
+INSTALL_COPY   store delivered copy parts ``[lo, lo + len(entries))`` of ``hi``; the request
+               that completes the set installs the copy (``installed``) as a Raft snapshot.
+DROP_COPY      remove the staged parts of copy ``copy_id`` on this host.
+WIPE           delete this server's replica files of the tablet, if any: sent only by a leader
+               about to add the server as a *new* member (raft.py rule 6: a replica id that
+               left the configuration comes back empty, never with an old log).
+UNSAFE_CONFIG  manual recovery of a tablet that lost its majority (config change seed,
+               "unsafe config change"): force ``voters`` as this replica's configuration,
+               treat its whole log as committed and move to a new term. Loses whatever only
+               the lost replicas had; a tool asks for it explicitly, never the runtime.
+=============  ==============================================================================
+
+**Failed replicas** (DESIGN §5): a replica whose files turn out corrupt (a bad CRC inside the
+log, an unreadable rowset or metadata) or whose disk is full or failing is marked failed: a
+``failed`` file in its directory records why, and from then on every request for it --
+scans included -- is refused with ``replica_failed`` set, so it never serves data again. The
+client reports it to the master (a REPLACE mark) and it is replaced like a dead one; its files
+go when the sweep deletes the evicted replica. A bad CRC at the very tail of the last WAL
+segment is a torn write, which WAL recovery truncates: that is not a failure.
+
+Where a replica's configuration is applied: a follower applies configuration entries when
+they commit (module rule 5 of :mod:`pyspark_kudu.consensus.raft`). The index up to which
+that happened is kept in ``<tablet>/applied`` (atomic replace) with the configuration in
+``meta``; ``meta`` is written first, so a crash between the two only replays idempotent
+configuration entries.
+
+Concurrency: requests for one replica are serialised by an exclusive ``flock`` on
+``<tablet>/lock`` (two rounds from two client threads, two Python workers of one executor,
+or executors of two applications may touch the same replica). Open replicas are reused
+across tasks of one worker process when no other process changed them in between
+(:mod:`pyspark_kudu.spark.host.replica_cache`).
+
+Thread-safety: :func:`handle_requests` is reentrant; per-replica exclusion is the lock above.
+"""
+
+from __future__ import annotations
+
+import enum
+import errno
+import json
+import random
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+
+from pyspark_kudu.consensus.messages import (
+    NONE,
+    ConfState,
+    Entry,
+    EntryType,
+    HardState,
+    Message,
+    SnapshotMetadata,
+)
+from pyspark_kudu.consensus.raft import Config, RaftNode
+from pyspark_kudu.consensus.storage import bootstrap
+from pyspark_kudu.errors import (
+    CompactedError,
+    CorruptionError,
+    DiskFullError,
+    InvalidArgumentError,
+    KuduError,
+    NotFoundError,
+)
+from pyspark_kudu.fileio import FileIO, open_private
+from pyspark_kudu.schema import Schema
+from pyspark_kudu.spark.host.dataplane import (
+    WAL_REF_MIN_BYTES,
+    contains_ref,
+    remove_staging,
+    resolve_refs,
+    wal_ref,
+)
+from pyspark_kudu.spark.host.replica_cache import ReplicaHandle, delete_replica, open_replica
+from pyspark_kudu.spark.host.tabletcopy import COPYING_FILE, copy_out, install_copy, part_refs
+from pyspark_kudu.spark.host.wal_committed_log import WalCommittedLog
+from pyspark_kudu.tablet import Tablet, WriteResult
+from pyspark_kudu.tablet.superblock import SUPERBLOCK_FILE
+from pyspark_kudu.wal import WalOptions, WalStorage
+from pyspark_kudu.wal.meta import META_FILE
+
+__all__ = [
+    "DISK_ERRNOS",
+    "FAILED_FILE",
+    "WRITERS_FILE",
+    "PeerRequest",
+    "PeerResponse",
+    "ReplicaState",
+    "RequestKind",
+    "handle_requests",
+    "read_applied",
+    "read_writers",
+    "replica_storage",
+    "require_replica",
+    "tablet_dir",
+]
+
+_TAIL_LIMIT_BYTES = 64 * 1024 * 1024
+_APPLIED_FILE = "applied"
+WRITERS_FILE = "writers"
+FAILED_FILE = "failed"
+# OS errors that mean the replica's disk failed it (not e.g. a descriptor limit).
+DISK_ERRNOS = frozenset({errno.EIO, errno.ENOSPC, errno.EROFS, errno.EDQUOT})
+
+
+class RequestKind(enum.Enum):
+    CREATE = "create"
+    READ_STATE = "read_state"
+    PERSIST = "persist"
+    STEP = "step"
+    READ_ENTRIES = "read_entries"
+    COPY_OUT = "copy_out"
+    INSTALL_COPY = "install_copy"
+    DROP_COPY = "drop_copy"
+    WIPE = "wipe"
+    UNSAFE_CONFIG = "unsafe_config"
+
+
+@dataclass(frozen=True)
+class PeerRequest:
+    kind: RequestKind
+    tablet_id: str
+    replica_id: str
+    term: int = 0
+    messages: tuple[Message, ...] = ()
+    entries: tuple[Entry, ...] = ()
+    hard_state: HardState | None = None
+    voters: tuple[str, ...] = ()
+    lo: int = 0
+    hi: int = 0
+    schema_json: str = ""
+    as_refs: bool = False  # READ_ENTRIES: large entries as refs to this replica's log
+    copy_id: str = ""  # COPY_OUT / INSTALL_COPY
+    snapshot: SnapshotMetadata | None = None  # INSTALL_COPY: the Raft position of the copy
+
+
+@dataclass(frozen=True)
+class ReplicaState:
+    hard_state: HardState
+    conf_state: ConfState
+    first_index: int
+    last_index: int
+    last_term: int
+    commit_term: int
+    applied: int
+    tail: tuple[Entry, ...] = ()
+
+
+@dataclass(frozen=True)
+class PeerResponse:
+    tablet_id: str
+    replica_id: str
+    ok: bool
+    host: str = ""
+    error: str = ""
+    fenced: bool = False
+    messages: tuple[Message, ...] = ()
+    state: ReplicaState | None = None
+    entries: tuple[Entry, ...] = ()
+    prev_term: int = 0
+    last_index: int = 0
+    applied: tuple[int, ...] = field(default=())
+    results: tuple[WriteResult, ...] = ()
+    installed: bool = False
+    replica_failed: bool = False
+
+
+class _TabletSink:
+    """Applies committed entries to the replica's tablet, if it has one (a superblock).
+
+    The tablet is the one a previous task of this process left open (the cache of
+    :mod:`pyspark_kudu.spark.host.replica_cache`), or is opened on first use with a log bounded by
+    what was applied *before* this task (``applied_before``), so bootstrap replays only that
+    and the new entries are applied here, yielding their per-row results. Replicas created
+    without a schema are consensus-only and skip this.
+    """
+
+    def __init__(self, root: str, tablet_id: str, handle: ReplicaHandle,
+                 applied_before: int) -> None:
+        self._root = root
+        self._tablet_id = tablet_id
+        self.handle = handle
+        self._applied_before = applied_before
+        self._has_tablet = tablet_dir(root, tablet_id).exists(SUPERBLOCK_FILE)
+        self.results: list[WriteResult] = []
+
+    def apply(self, entries: Sequence[Entry]) -> None:
+        writes = [e for e in entries if e.type == EntryType.NORMAL and e.data]
+        if not self._has_tablet or not entries:
+            return
+        h = self.handle
+        if h.tablet is None:
+            if not writes:
+                return
+            h.tablet_log = WalCommittedLog(h.storage, upto=self._applied_before)
+            h.tablet = Tablet.open(self._root, self._tablet_id, log=h.tablet_log)
+        self.results.extend(h.tablet.apply(e.index, e.data) for e in writes)
+        assert h.tablet_log is not None
+        h.tablet_log.advance_upto(entries[-1].index)
+
+
+def tablet_dir(root: str, tablet_id: str) -> FileIO:
+    return FileIO(root).child("tablets", tablet_id)
+
+
+def handle_requests(
+    root: str,
+    requests: Sequence[PeerRequest],
+    host: str = "",
+    options: WalOptions | None = None,
+    delivered: Mapping[str, bytes] | None = None,
+) -> list[PeerResponse]:
+    """Serve ``requests`` against the replicas under data root ``root``, in order.
+
+    Entries that are staged-batch refs (:mod:`~pyspark_kudu.spark.host.dataplane`) are first
+    replaced by the batches ``delivered`` by the round's shuffle; a request that still
+    carries a ref is refused, so a ref never reaches a log. A failure of one replica
+    (corruption, disk full, fencing, a batch not delivered) is reported in its response and
+    does not stop the others.
+    """
+    out: list[PeerResponse] = []
+    for req in requests:
+        try:
+            req = _resolved(req, delivered or {})
+            out.append(_handle_one(root, req, host, options))
+        except KuduError as e:
+            out.append(PeerResponse(req.tablet_id, req.replica_id, ok=False, host=host,
+                                    error=f"{type(e).__name__}: {e}"))
+    return out
+
+
+def _resolved(req: PeerRequest, delivered: Mapping[str, bytes]) -> PeerRequest:
+    entries = resolve_refs(req.entries, delivered) if contains_ref(req.entries) else req.entries
+    messages = tuple(
+        replace(m, entries=resolve_refs(m.entries, delivered)) if contains_ref(m.entries) else m
+        for m in req.messages)
+    return replace(req, entries=entries, messages=messages)
+
+
+@contextmanager
+def replica_storage(root: str, tablet_id: str, options: WalOptions | None = None
+                    ) -> Iterator[WalStorage]:
+    """A replica's WAL storage, locked, for tools and tests. Never open a replica's WAL
+    directly while tasks may serve it: a process that caches it open would not notice
+    (:mod:`pyspark_kudu.spark.host.replica_cache`)."""
+    with open_replica(root, tablet_dir(root, tablet_id), tablet_id, options,
+                      mutate=True) as handle:
+        yield handle.storage
+
+
+def require_replica(io: FileIO, tablet_id: str, create: bool = False) -> None:
+    """Only CREATE makes a replica: any other request for a tablet that has none here (never
+    created, or deleted with its table) is refused instead of creating an empty one."""
+    if not create and not io.exists(META_FILE):
+        raise NotFoundError(f"tablet {tablet_id} has no replica under {io.root} (never "
+                            f"created here, or deleted with its table)")
+
+
+def read_applied(io: FileIO) -> int:
+    if not io.exists(_APPLIED_FILE):
+        return 0
+    return int(json.loads(io.read_bytes(_APPLIED_FILE))["index"])
+
+
+def _write_applied(io: FileIO, index: int) -> None:
+    io.atomic_write(json.dumps({"index": index}).encode(), _APPLIED_FILE)
+
+
+def _state(storage: WalStorage, applied: int) -> ReplicaState:
+    hs, cs = storage.initial_state()
+    last = storage.last_index()
+    first = storage.first_index()
+    commit = hs.commit
+    tail: list[Entry] = []
+    if last > commit:
+        tail = storage.entries(max(commit + 1, first), last + 1, _TAIL_LIMIT_BYTES)
+    return ReplicaState(
+        hard_state=hs, conf_state=cs, first_index=first, last_index=last,
+        last_term=storage.term(last), commit_term=storage.term(max(commit, first - 1)),
+        applied=applied, tail=tuple(tail),
+    )
+
+
+def _handle_one(
+    root: str, req: PeerRequest, host: str, options: WalOptions | None,
+) -> PeerResponse:
+    mutate = req.kind not in (RequestKind.READ_STATE, RequestKind.READ_ENTRIES,
+                              RequestKind.DROP_COPY)
+    io = tablet_dir(root, req.tablet_id)
+    if req.kind == RequestKind.WIPE:
+        return _ok(req, host, installed=delete_replica(root, io, req.tablet_id))
+    require_replica(io, req.tablet_id, create=req.kind == RequestKind.CREATE)
+    if io.exists(FAILED_FILE):
+        return _failed_response(req, host, io)
+    if req.kind != RequestKind.INSTALL_COPY and io.exists(COPYING_FILE):
+        return _failed_response(req, host, io, "a tablet copy into it was interrupted")
+    try:
+        with open_replica(root, io, req.tablet_id, options, mutate) as handle:
+            applied = read_applied(io)
+            sink = _TabletSink(root, req.tablet_id, handle, applied)
+            return _dispatch(root, req, host, io, handle.storage, applied, sink)
+    except (CorruptionError, DiskFullError, OSError) as e:
+        if isinstance(e, OSError) and e.errno not in DISK_ERRNOS:
+            raise
+        why = f"{type(e).__name__}: {e}"
+        mark_failed(io, why)
+        return _failed_response(req, host, io, why)
+
+
+def mark_failed(io: FileIO, reason: str) -> None:
+    """Mark the replica under ``io`` failed (see module docs). Best effort on a full disk:
+    the marker is tiny, and a replica that cannot even record it fails again next time."""
+    try:
+        io.atomic_write(reason.encode(), FAILED_FILE)
+    except (OSError, KuduError):
+        pass
+
+
+def failed_reason(io: FileIO) -> str | None:
+    """Why the replica under ``io`` was marked failed, or None if it was not."""
+    if not io.exists(FAILED_FILE):
+        return None
+    try:
+        return io.read_bytes(FAILED_FILE).decode(errors="replace") or "unknown"
+    except OSError as e:
+        return f"unreadable failure record ({e})"
+
+
+def _failed_response(req: PeerRequest, host: str, io: FileIO, why: str | None = None
+                     ) -> PeerResponse:
+    return PeerResponse(req.tablet_id, req.replica_id, ok=False, host=host,
+                        replica_failed=True,
+                        error=f"ReplicaFailedError: replica {req.replica_id} of tablet "
+                              f"{req.tablet_id} on {host} is failed and serves nothing "
+                              f"({why or failed_reason(io)}); it is being replaced")
+
+
+def _dispatch(
+    root: str, req: PeerRequest, host: str, io: FileIO, storage: WalStorage, applied: int,
+    applier: _TabletSink,
+) -> PeerResponse:
+    match req.kind:
+        case RequestKind.CREATE:
+            hs, _ = storage.initial_state()
+            if storage.last_index() == 0 and hs.is_empty() and req.voters:
+                bootstrap(storage, req.voters)
+            if req.schema_json and not io.exists(SUPERBLOCK_FILE):
+                Tablet.create(root, req.tablet_id, Schema.from_json(req.schema_json)).close()
+            return _ok(req, host, state=_state(storage, applied))
+        case RequestKind.READ_STATE:
+            return _ok(req, host, state=_state(storage, applied))
+        case RequestKind.PERSIST:
+            return _persist_leader(req, host, io, storage, applied, applier)
+        case RequestKind.STEP:
+            return _step_follower(req, host, io, storage, applied, applier)
+        case RequestKind.READ_ENTRIES:
+            try:
+                prev_term = storage.term(req.lo - 1)
+                ents = storage.entries(req.lo, min(req.hi, storage.last_index() + 1),
+                                       _TAIL_LIMIT_BYTES)
+            except CompactedError as e:
+                return PeerResponse(req.tablet_id, req.replica_id, ok=False, host=host,
+                                    error=f"CompactedError: {e}")
+            if req.as_refs:
+                ents = [replace(e, data=wal_ref(host, root, req.tablet_id, e).encode())
+                        if len(e.data) >= WAL_REF_MIN_BYTES else e for e in ents]
+            return _ok(req, host, entries=tuple(ents), prev_term=prev_term)
+        case RequestKind.COPY_OUT:
+            out = copy_out(root, host, req.tablet_id, applier.handle, applied, req.copy_id)
+            return _ok(req, host, entries=part_refs(out.parts), last_index=out.index,
+                       prev_term=out.term,
+                       state=replace(_state(storage, applied), conf_state=out.conf_state,
+                                     tail=()))
+        case RequestKind.INSTALL_COPY:
+            if req.snapshot is None:
+                raise InvalidArgumentError("INSTALL_COPY needs the copy's snapshot position")
+            done = install_copy(root, req.tablet_id, applier.handle, req.copy_id, req.entries,
+                                req.lo, req.hi, req.snapshot)
+            if done:
+                _write_applied(io, req.snapshot.index)
+            return _ok(req, host, installed=done, last_index=storage.last_index())
+        case RequestKind.DROP_COPY:
+            remove_staging(root, [f"copy-{req.copy_id}"])
+            return _ok(req, host)
+        case RequestKind.UNSAFE_CONFIG:
+            if not req.voters:
+                raise InvalidArgumentError("UNSAFE_CONFIG needs the new voters")
+            hs, _ = storage.initial_state()
+            storage.set_conf_state(ConfState(voters=frozenset(req.voters)))
+            storage.set_hard_state(HardState(hs.term + 1, NONE, storage.last_index()))
+            return _ok(req, host, state=_state(storage, applied))
+    raise AssertionError(f"unhandled request kind {req.kind}")  # pragma: no cover
+
+
+def _ok(req: PeerRequest, host: str, **kw: object) -> PeerResponse:
+    return PeerResponse(req.tablet_id, req.replica_id, ok=True, host=host, **kw)  # type: ignore[arg-type]
+
+
+def _persist_leader(
+    req: PeerRequest, host: str, io: FileIO, storage: WalStorage, applied: int,
+    applier: _TabletSink,
+) -> PeerResponse:
+    hs, _ = storage.initial_state()
+    if hs.term != req.term or hs.vote != req.replica_id:
+        return PeerResponse(
+            req.tablet_id, req.replica_id, ok=False, host=host, fenced=True,
+            error=(f"replica {req.replica_id} of tablet {req.tablet_id} is at term {hs.term} "
+                   f"(vote {hs.vote or 'none'}); a leader of term {req.term} is fenced"),
+        )
+    fresh = _not_yet_present(storage, req.entries)
+    if fresh:
+        storage.append(fresh)
+        _record_writer(io, host, fresh)
+    if req.hard_state is not None:
+        commit = min(max(hs.commit, req.hard_state.commit), storage.last_index())
+        storage.set_hard_state(HardState(hs.term, hs.vote, commit))
+    new_hs, _ = storage.initial_state()
+    applied_now = _apply_committed(io, storage, applied, new_hs.commit, applier, host)
+    return _ok(req, host, last_index=storage.last_index(), applied=applied_now,
+               results=tuple(applier.results))
+
+
+def _not_yet_present(storage: WalStorage, entries: Sequence[Entry]) -> list[Entry]:
+    """Suffix of ``entries`` from the first one the log lacks (same index, other term, or new)."""
+    last = storage.last_index()
+    first = storage.first_index()
+    for k, e in enumerate(entries):
+        if e.index > last or e.index < first or storage.term(e.index) != e.term:
+            return list(entries[k:])
+    return []
+
+
+def _apply_committed(
+    io: FileIO, storage: WalStorage, applied: int, commit: int, applier: _TabletSink,
+    host: str,
+) -> tuple[int, ...]:
+    """Leader replica: apply what its client declared committed (configuration included).
+
+    A throw-away ``RaftNode`` hands out the committed entries exactly as a follower's would,
+    so configuration entries are applied by the same code on every replica.
+    """
+    if commit <= applied:
+        return ()
+    node = RaftNode(Config(id="_", storage=storage, applied=applied, rng=random.Random(0)))
+    span: list[int] = []
+    _drain(node, storage, io, [], span, applier, host)
+    return (span[0], span[-1]) if span else ()
+
+
+def _step_follower(
+    req: PeerRequest, host: str, io: FileIO, storage: WalStorage, applied: int,
+    applier: _TabletSink,
+) -> PeerResponse:
+    hs, _ = storage.initial_state()
+    node = RaftNode(Config(
+        id=req.replica_id, storage=storage, applied=min(applied, hs.commit),
+        rng=random.Random(0), max_size_per_msg=None,
+    ))
+    out: list[Message] = []
+    span: list[int] = []
+    _drain(node, storage, io, out, span, applier, host)  # catch up configuration first
+    for m in req.messages:
+        node.step(m)
+        _drain(node, storage, io, out, span, applier, host)
+    return _ok(req, host, messages=tuple(m for m in out if m.to != NONE),
+               last_index=storage.last_index(),
+               applied=(span[0], span[-1]) if span else (), results=tuple(applier.results))
+
+
+def _record_writer(io: FileIO, host: str, entries: Sequence[Entry]) -> None:
+    """Append ``<host> <first> <last>`` to ``<tablet>/writers``: which host wrote which log
+    entries, so tests (and operators) can check that only the replica's host ever did."""
+    with open_private(io.local_path(WRITERS_FILE), "a") as f:
+        f.write(f"{host} {entries[0].index} {entries[-1].index}\n")
+
+
+def read_writers(root: str, tablet_id: str) -> list[tuple[str, int, int]]:
+    """The ``(host, first, last)`` lines of a replica's writers record."""
+    io = tablet_dir(root, tablet_id)
+    if not io.exists(WRITERS_FILE):
+        return []
+    out = []
+    for line in io.read_bytes(WRITERS_FILE).decode().splitlines():
+        host, first, last = line.split()
+        out.append((host, int(first), int(last)))
+    return out
+
+
+def _drain(
+    node: RaftNode, storage: WalStorage, io: FileIO, out: list[Message], span: list[int],
+    applier: _TabletSink, host: str = "",
+) -> None:
+    while node.has_ready():
+        rd = node.ready()
+        if rd.snapshot is not None:
+            storage.apply_snapshot(rd.snapshot)
+        if rd.entries:
+            storage.append(rd.entries)
+            _record_writer(io, host, rd.entries)
+        if rd.hard_state is not None:
+            storage.set_hard_state(rd.hard_state)
+        out.extend(rd.messages)
+        before = node.conf_state
+        node.advance(rd)
+        if rd.committed_entries:
+            if node.conf_state != before:
+                storage.set_conf_state(node.conf_state)
+            applier.apply(rd.committed_entries)
+            last = rd.committed_entries[-1].index
+            _write_applied(io, last)
+            span.extend((rd.committed_entries[0].index, last))

@@ -1,0 +1,188 @@
+"""Open replicas kept across tasks in one executor Python worker (a per-process cache).
+
+Opening a replica costs a WAL recovery scan (every segment is read and CRC-checked) and a
+tablet bootstrap (replay since the last flush): both grow with the replica. A pinned task
+therefore reuses the ``WalStorage`` and ``Tablet`` a previous task of the same worker process
+left open, **if no other process touched the replica since**.
+
+Several processes may serve one replica: Python workers of one executor, and executors of
+other Spark applications on the same host. Each request holds the replica's ``flock``
+(``<tablet>/lock``); a request that may change the replica first writes a new random token to
+``<tablet>/generation`` (before any change, so a crash mid-request still invalidates other
+caches). A cached handle is used only when the generation on disk is the one it left;
+otherwise it is closed and the replica reopened. Tokens are random, not a counter: a replica
+deleted and created again (WIPE, a lost disk) must never match a handle another process
+kept of its previous incarnation, and a counter would restart from the same values. The
+file is not fsynced: it only has to agree between processes of one host, which share the
+page cache, and a host crash ends every cache anyway.
+
+On release the lazily kept commit index is persisted (``WalStorage.sync_commit``), so a
+process that reopens the replica sees it. A request that fails drops its handle (the storage
+may be failed; recovery on reopen decides what survived). At most ``CACHE_LIMIT`` replicas
+stay open per process; the least recently used are closed. Closing a cached handle never
+writes (``WalStorage.detach``: no segment truncation, which would cut entries another
+process appended since; ``Tablet.close`` does not flush).
+
+Thread-safety: the cache is guarded by a process-wide lock; per-replica exclusion between
+threads and processes is the ``flock`` (separate descriptors conflict even in one process).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from pyspark_kudu.fileio import FILE_MODE, FileIO, open_private
+from pyspark_kudu.spark.host.wal_committed_log import WalCommittedLog
+from pyspark_kudu.tablet import Tablet
+from pyspark_kudu.wal import WalOptions, WalStorage
+
+__all__ = [
+    "CACHE_LIMIT",
+    "ReplicaHandle",
+    "cache_stats",
+    "clear_cache",
+    "delete_replica",
+    "open_replica",
+]
+
+CACHE_LIMIT = 64
+_LOCK_FILE = "lock"
+_GEN_FILE = "generation"
+
+
+@dataclass
+class ReplicaHandle:
+    """An open replica: its WAL storage and, once a task needed it, its tablet (opened with
+    a log bounded by what the replica had applied, see ``WalCommittedLog.upto``)."""
+
+    io: FileIO
+    storage: WalStorage
+    options: WalOptions | None
+    generation: str
+    tablet: Tablet | None = None
+    tablet_log: WalCommittedLog | None = None
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            if self.tablet is not None:
+                self.tablet.close()
+        with contextlib.suppress(Exception):
+            self.storage.detach()
+
+
+_cache: OrderedDict[tuple[str, str], ReplicaHandle] = OrderedDict()
+_cache_lock = threading.Lock()
+_stats = {"hits": 0, "opens": 0}
+
+
+def cache_stats() -> dict[str, int]:
+    """Hits and opens of this process's cache (tests and benchmarks read it)."""
+    with _cache_lock:
+        return dict(_stats)
+
+
+def clear_cache() -> None:
+    """Close every cached replica of this process."""
+    with _cache_lock:
+        handles = list(_cache.values())
+        _cache.clear()
+    for h in handles:
+        h.close()
+
+
+def _read_generation(io: FileIO) -> str:
+    """(Lock held.) The replica's generation token; a replica without one gets one now, so
+    that no two incarnations of a replica directory ever share a token."""
+    try:
+        with open(io.local_path(_GEN_FILE), "rb") as f:
+            gen = f.read().decode(errors="replace").strip()
+    except FileNotFoundError:
+        gen = ""
+    return gen or _write_generation(io)
+
+
+def _write_generation(io: FileIO) -> str:
+    gen = uuid.uuid4().hex
+    path = io.local_path(_GEN_FILE)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open_private(tmp, "wb") as f:
+        f.write(gen.encode())
+    os.replace(tmp, path)
+    return gen
+
+
+@contextlib.contextmanager
+def open_replica(root: str, tablet_dir: FileIO, tablet_id: str, options: WalOptions | None,
+                 mutate: bool) -> Iterator[ReplicaHandle]:
+    """The replica under ``tablet_dir``, locked for this request; reused from the cache when
+    no other process changed it. ``mutate``: the request may change the replica."""
+    io = tablet_dir
+    io.makedirs()
+    key = (root, tablet_id)
+    fd = os.open(io.local_path(_LOCK_FILE), os.O_CREAT | os.O_RDWR, FILE_MODE)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        gen = _read_generation(io)
+        with _cache_lock:
+            handle = _cache.pop(key, None)
+        if handle is not None and (handle.generation != gen or handle.options != options):
+            handle.close()
+            handle = None
+        if handle is None:
+            handle = ReplicaHandle(io, WalStorage.open(io, options), options, gen)
+            with _cache_lock:
+                _stats["opens"] += 1
+        else:
+            with _cache_lock:
+                _stats["hits"] += 1
+        if mutate:
+            handle.generation = _write_generation(io)
+        try:
+            yield handle
+            handle.storage.sync_commit()
+        except BaseException:
+            handle.close()
+            raise
+        evicted: list[ReplicaHandle] = []
+        with _cache_lock:
+            _cache[key] = handle
+            while len(_cache) > CACHE_LIMIT:
+                evicted.append(_cache.popitem(last=False)[1])
+        for h in evicted:
+            h.close()
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def delete_replica(root: str, tablet_dir: FileIO, tablet_id: str) -> bool:
+    """Delete a replica's files (its table was deleted); False if there was none.
+
+    Under the replica's lock the directory is first renamed out of ``tablets/`` (one atomic
+    step: no request sees half a replica), then removed. A request that arrives later for
+    this tablet finds no replica and is refused, never recreating one (see ``peer``).
+    """
+    io = tablet_dir
+    if not io.exists():
+        return False
+    fd = os.open(io.local_path(_LOCK_FILE), os.O_CREAT | os.O_RDWR, FILE_MODE)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with _cache_lock:
+            handle = _cache.pop((root, tablet_id), None)
+        if handle is not None:
+            handle.close()
+        path = io.local_path()
+        grave = os.path.join(os.path.dirname(path), f".deleted-{tablet_id}-{uuid.uuid4().hex}")
+        os.rename(path, grave)
+    finally:
+        os.close(fd)
+    shutil.rmtree(grave, ignore_errors=True)
+    return True

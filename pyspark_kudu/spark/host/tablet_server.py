@@ -1,0 +1,251 @@
+"""The resident tablet server: this host's replicas, served to tasks on any host (DESIGN §1).
+
+Writes, elections and configuration changes stay Spark tasks pinned to a replica's host
+(DESIGN §3). Reads and file streams do not have to: a scan task Spark placed on another host
+(it waited longer than ``spark.locality.wait`` behind another task, or a Python data source
+task, which has no preferred locations at all) asks this server, which reads the replica
+on its own host and streams the result. Where Spark puts a task changes speed, never
+correctness -- kudu-spark's rule, and Spark's own for BlockManager blocks.
+
+**Protocol**: Arrow Flight. ``DoGet`` with a :mod:`~pyspark_kudu.spark.host.tserver_protocol`
+ticket: a scan (record batches of the projected columns) or a file range (batches of one
+``chunk`` binary column, for tablet copy). ``DoAction("ping")`` answers the server's
+address and the data root it serves by default. Every call is authenticated with the
+cluster's credential (:mod:`pyspark_kudu.rpc.auth`: HMAC challenge-response, no secret or
+reusable token on the wire); without a credential no server starts.
+
+**Lifecycle**: :func:`start_resident` runs in the executor's Python daemon
+(:mod:`~pyspark_kudu.spark.host.daemon`) before the daemon forks any worker. It forks one
+child that serves until the daemon goes away, and exports the child's address as
+``PYSPARK_KUDU_TSERVER_ADDRESS`` to every worker forked afterwards (the discovery task of a
+``KuduContext`` reports it to the driver, which registers it with the master). The child
+lives exactly as long as the executor: it is in the daemon's process group, which pyspark's
+daemon SIGHUPs when the executor closes its stdin; the kernel sends it SIGKILL when the
+daemon dies (``PR_SET_PDEATHSIG``); and it checks its parent every second as a last resort.
+The daemon itself never loads gRPC: forking a process with gRPC threads is unsafe.
+
+**Which data root**: the request's explicit root (``local[*]`` virtual tablet servers), else
+this host's own (``PYSPARK_KUDU_DATA_ROOT``, else the application's ``spark.kudu.dataRoot``
+carried in the request, else the default); the root's ``instance`` file must name the
+requested tablet server, or nothing is read.
+
+Thread-safety: the Flight server runs calls on gRPC's thread pool; every call opens its
+replica under the replica's ``flock`` (:mod:`~pyspark_kudu.spark.host.replica_cache`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from pyspark_kudu.errors import InvalidArgumentError, KuduError, NotFoundError
+from pyspark_kudu.spark.host.identity import current_host, local_data_root, verify_instance
+from pyspark_kudu.spark.host.tserver_protocol import (
+    ADDRESS_ENV,
+    FileRequest,
+    ScanRequest,
+    encode_error,
+    parse_ticket,
+)
+
+__all__ = ["FILE_CHUNK_BYTES", "serve", "start_resident"]
+
+#: Bytes per batch of a file stream: large enough to amortise a batch's overhead, small
+#: enough that neither side holds much of a file at once.
+FILE_CHUNK_BYTES = 4 << 20
+_START_TIMEOUT_S = 30.0
+_PR_SET_PDEATHSIG = 1
+
+
+def _flight_error(e: BaseException) -> Exception:
+    import pyarrow.flight as fl
+
+    err: Exception = fl.FlightServerError(f"{type(e).__name__}: {e}",
+                                          extra_info=encode_error(e))
+    return err
+
+
+def _root_for(ts_uuid: str, root: str | None, conf_root: str | None) -> str:
+    """The data root holding tablet server ``ts_uuid`` on this host, or NotFoundError."""
+    chosen = local_data_root(root, conf_root)
+    why = verify_instance(chosen, ts_uuid) if os.path.isdir(chosen) else (
+        f"data root {chosen} does not exist on {current_host()}")
+    if why:
+        raise NotFoundError(f"tablet server {ts_uuid} is not served here: {why}")
+    return chosen
+
+
+def _scan(req: ScanRequest) -> Iterator[pa.RecordBatch]:
+    from pyspark_kudu.spark.host.replica_scan import scan_replica
+
+    root = _root_for(req.ts_uuid, req.root, req.data_root_conf)
+    for ipc in scan_replica(root, req.tablet_id, req.columns, req.predicates, req.snapshot,
+                            req.known_commit, batch_rows=req.batch_rows,
+                            require_index=req.require_index):
+        yield from pa.ipc.open_stream(ipc)
+
+
+def _file(req: FileRequest) -> Iterator[pa.RecordBatch]:
+    root = _root_for(req.ts_uuid, req.root, req.data_root_conf)
+    path = os.path.join(root, "tablets", req.tablet_id, req.path)
+    if not os.path.isfile(path):
+        raise NotFoundError(f"tablet {req.tablet_id} has no file {req.path!r} under {root}")
+    with open(path, "rb") as f:
+        f.seek(req.offset)
+        left = req.length
+        while left is None or left > 0:
+            chunk = f.read(FILE_CHUNK_BYTES if left is None else min(left, FILE_CHUNK_BYTES))
+            if not chunk:
+                break
+            if left is not None:
+                left -= len(chunk)
+            yield pa.record_batch([pa.array([chunk], type=pa.binary())], names=["chunk"])
+
+
+def _make_server(host: str, secret: bytes) -> Any:
+    """A started :class:`TabletServerFlight` on ``host`` (ephemeral port). Imported lazily:
+    only the server process (and clients) load gRPC."""
+    import pyarrow.flight as fl
+
+    from pyspark_kudu.rpc.auth import HmacServerAuthHandler, check_listen
+
+    check_listen(host, secret)
+
+    class TabletServerFlight(fl.FlightServerBase):  # type: ignore[misc]
+        """Flight service of one host's tablet server(s); see the module docstring."""
+
+        def __init__(self) -> None:
+            super().__init__(f"grpc+tcp://{host}:0", auth_handler=HmacServerAuthHandler(secret))
+            self.served = 0
+            self._lock = threading.Lock()
+
+        def do_get(self, context: Any, ticket: fl.Ticket) -> fl.FlightDataStream:
+            try:
+                req = parse_ticket(ticket.ticket)
+                it = _scan(req) if isinstance(req, ScanRequest) else _file(req)
+                first = next(it, None)
+            except (KuduError, OSError) as e:
+                raise _flight_error(e) from e
+            with self._lock:
+                self.served += 1
+            if first is None:
+                # An empty result still needs a schema: the scan's, derived by the client.
+                schema = pa.schema([pa.field("chunk", pa.binary())]) if isinstance(
+                    req, FileRequest) else pa.schema([])
+                return fl.GeneratorStream(schema, iter(()))
+
+            def rest() -> Iterator[pa.RecordBatch]:
+                yield first
+                try:
+                    yield from it
+                except (KuduError, OSError) as e:
+                    raise _flight_error(e) from e
+
+            return fl.GeneratorStream(first.schema, rest())
+
+        def do_action(self, context: Any, action: fl.Action) -> Iterator[fl.Result]:
+            if action.type != "ping":
+                raise _flight_error(InvalidArgumentError(
+                    f"unknown tablet server action {action.type!r}"))
+            body = {"address": f"{host}:{self.port}", "host": current_host(),
+                    "data_root": local_data_root(), "served": self.served}
+            yield fl.Result(json.dumps(body).encode())
+
+        def list_actions(self, context: Any) -> list[tuple[str, str]]:
+            return [("ping", "this server's address and default data root")]
+
+    return TabletServerFlight()
+
+
+def serve(host: str, secret: bytes, on_started: Any = None) -> None:
+    """Run a tablet server on ``host`` until this process is told to stop (SIGTERM/SIGHUP)
+    or its parent goes away. ``on_started(address)`` is called once it listens."""
+    server = _make_server(host, secret)
+    address = f"{host}:{server.port}"
+    if on_started is not None:
+        on_started(address)
+    parent = os.getppid()
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.wait(1.0):
+        if os.getppid() != parent:
+            break  # the daemon is gone (PDEATHSIG covers the normal case)
+    server.shutdown()
+
+
+def _die_with_parent() -> None:
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def start_resident(env: Mapping[str, str] = os.environ) -> str | None:
+    """In the executor's daemon, before it forks workers: fork this host's tablet server and
+    export its address (``PYSPARK_KUDU_TSERVER_ADDRESS``) for the workers. Returns the
+    address, or None (no credential configured, or the server could not start: reads from
+    other hosts then fail over to other replicas and the reason goes to stderr)."""
+    from pyspark_kudu.rpc.auth import SECRET_ENV, secret_from_env
+
+    secret = secret_from_env(env)
+    if not secret:
+        print(f"pyspark-kudu: no {SECRET_ENV} in this executor's environment: this host's "
+              f"tablet server does not start (scans from other hosts cannot read its "
+              f"replicas)", file=sys.stderr)
+        return None
+    os.setpgid(0, 0)  # the daemon's own group: its shutdown SIGHUPs the server too
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the server process
+        os.close(r)
+        code = 0
+        try:
+            _die_with_parent()
+            devnull = os.open(os.devnull, os.O_RDWR)
+            os.dup2(devnull, 0)  # never read the daemon's stdin (the executor's commands)
+            os.dup2(2, 1)  # nor write to its stdout (the executor reads the daemon's port)
+
+            def started(address: str) -> None:
+                os.write(w, address.encode() + b"\n")
+                os.close(w)
+
+            serve(current_host(), secret, started)
+        except BaseException as e:  # report and exit: never return into the daemon's code
+            print(f"pyspark-kudu: tablet server stopped: {type(e).__name__}: {e}",
+                  file=sys.stderr)
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(w)
+    address = _read_line(r, _START_TIMEOUT_S)
+    os.close(r)
+    if not address:
+        print("pyspark-kudu: this host's tablet server did not start", file=sys.stderr)
+        return None
+    os.environ[ADDRESS_ENV] = address
+    return address
+
+
+def _read_line(fd: int, timeout_s: float) -> str:
+    end = time.monotonic() + timeout_s
+    buf = b""
+    while b"\n" not in buf:
+        left = end - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return ""
+        chunk = os.read(fd, 256)
+        if not chunk:
+            return ""
+        buf += chunk
+    return buf.split(b"\n", 1)[0].decode()

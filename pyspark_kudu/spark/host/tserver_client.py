@@ -1,0 +1,94 @@
+"""Calls to a host's resident tablet server (:mod:`~pyspark_kudu.spark.host.tablet_server`).
+
+Runs wherever a read runs: scan tasks on any executor, the driver, tools. Each call opens an
+authenticated Flight client (:func:`pyspark_kudu.rpc.auth.connect`: one handshake, ~1 ms on
+loopback) and closes it when the stream ends; clients are not kept between calls, so a
+worker forked later never inherits a live gRPC channel.
+
+Errors: a server's :mod:`pyspark_kudu.errors` error comes back as the same class
+(``ServiceUnavailableError`` for a lagging or failed replica, ``NotFoundError`` for a replica
+or tablet server not on that host, ...); an unreachable server is a ``NetworkError``; a
+refused credential an ``InvalidArgumentError``.
+
+Thread-safety: functions only; each call has its own client.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.flight as fl
+
+from pyspark_kudu.errors import KuduError, NetworkError, TimedOutError
+from pyspark_kudu.rpc.auth import connect
+from pyspark_kudu.spark.host.tserver_protocol import FileRequest, ScanRequest, decode_error
+
+__all__ = ["fetch_file", "ping", "scan_remote"]
+
+_CONNECT_TIMEOUT_S = 10.0
+
+
+def _location(address: str) -> str:
+    return f"grpc+tcp://{address}"
+
+
+def _translate(e: Exception, address: str, what: str) -> KuduError:
+    if isinstance(e, KuduError):
+        return e
+    if isinstance(e, fl.FlightUnavailableError):
+        return NetworkError(f"tablet server {address} is unreachable during {what}: {e}")
+    if isinstance(e, fl.FlightTimedOutError):
+        return TimedOutError(f"tablet server {address} timed out during {what}: {e}")
+    extra = getattr(e, "extra_info", None)
+    return decode_error(extra, str(e), address)
+
+
+def _stream(address: str, secret: bytes, ticket: bytes, what: str,
+            timeout_s: float | None) -> Iterator[pa.RecordBatch]:
+    client = connect(_location(address), secret, timeout_s=_CONNECT_TIMEOUT_S)
+    try:
+        try:
+            reader = client.do_get(fl.Ticket(ticket), fl.FlightCallOptions(timeout=timeout_s))
+            for chunk in reader:
+                yield chunk.data
+        except (pa.ArrowException, fl.FlightError) as e:
+            raise _translate(e, address, what) from e
+    finally:
+        client.close()
+
+
+def scan_remote(address: str, secret: bytes, req: ScanRequest, *,
+                timeout_s: float | None = None) -> Iterator[pa.RecordBatch]:
+    """The batches of ``req`` read by the tablet server at ``address`` (``host:port``).
+
+    Raises:
+        NetworkError: the server is unreachable (before or during the stream).
+        KuduError: the server's own error, rebuilt (e.g. ServiceUnavailableError).
+    """
+    yield from _stream(address, secret, req.to_ticket(), f"a scan of {req.tablet_id}",
+                       timeout_s)
+
+
+def fetch_file(address: str, secret: bytes, req: FileRequest, *,
+               timeout_s: float | None = None) -> Iterator[bytes]:
+    """The bytes of ``req``'s file range, in chunks, from the tablet server at ``address``."""
+    for batch in _stream(address, secret, req.to_ticket(), f"a file stream of {req.path}",
+                         timeout_s):
+        yield from batch.column(0).to_pylist()
+
+
+def ping(address: str, secret: bytes, *, timeout_s: float = _CONNECT_TIMEOUT_S
+         ) -> dict[str, Any]:
+    """The server's own description (address, host, default data root, scans served)."""
+    client = connect(_location(address), secret, timeout_s=timeout_s)
+    try:
+        (res,) = list(client.do_action(fl.Action("ping", b""),
+                                       fl.FlightCallOptions(timeout=timeout_s)))
+        return dict(json.loads(res.body.to_pybytes()))
+    except (pa.ArrowException, fl.FlightError) as e:
+        raise _translate(e, address, "ping") from e
+    finally:
+        client.close()

@@ -1,0 +1,215 @@
+"""Rounds shared by many tablets' leaders: one Spark stage per step for all of them.
+
+A :class:`~pyspark_kudu.spark.replication.tablet_leader.TabletLeader` splits each round in two
+halves
+(``start_round`` / ``finish_round``) so that the functions here can merge the requests of
+many leaders into ONE round (DESIGN §4: a stage costs ~0.3 s whatever it carries):
+:func:`elect_all` (four shared rounds for any number of elections), :func:`run_round`,
+:func:`replicate` (rounds until every leader's batches committed) and
+:func:`collect_results` (commit-only rounds until every per-row result arrived). A single
+leader's ``elect`` / ``propose`` / ``flush`` / ``take_results`` are these with one leader.
+
+Thread-safety: not thread-safe; the caller owns the leaders for the call (the client runs
+them on its replication thread).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from pyspark_kudu.errors import KuduError
+from pyspark_kudu.spark.host.handlers import PeerRequest, PeerResponse, RequestKind
+from pyspark_kudu.spark.replication.peer_transport import (
+    MAX_ROUNDS,
+    PeerTransport,
+    RoundFailedError,
+    run_with_retries,
+)
+from pyspark_kudu.tablet import WriteResult
+
+if TYPE_CHECKING:
+    from pyspark_kudu.consensus.raft import Ready
+    from pyspark_kudu.spark.replication.tablet_leader import TabletLeader
+
+__all__ = ["collect_results", "elect_all", "replicate", "run_round"]
+
+
+def elect_all(transport: PeerTransport, leaders: Sequence[TabletLeader]
+              ) -> dict[TabletLeader, int | KuduError]:
+    """Elect many tablets' leaders together: four shared rounds, not four per tablet.
+
+    1. READ_STATE on every candidate replica; 2. each candidate's own vote, made durable
+    before anyone else is asked (module rules); 3. RequestVote to the other voters;
+    4. the winners' no-op entries. Returns each leader's term, or why it failed.
+    """
+    out: dict[TabletLeader, int | KuduError] = {}
+
+    def merged(reqs: Mapping[TabletLeader, PeerRequest]
+               ) -> dict[TabletLeader, PeerResponse | None]:
+        by_ts: dict[str, list[PeerRequest]] = {}
+        owners: dict[str, list[TabletLeader]] = {}
+        for lead, req in reqs.items():
+            by_ts.setdefault(req.replica_id, []).append(req)
+            owners.setdefault(req.replica_id, []).append(lead)
+        res = run_with_retries(transport, by_ts) if by_ts else {}
+        got: dict[TabletLeader, PeerResponse | None] = dict.fromkeys(reqs)
+        for ts, resps in res.items():
+            if resps is not None:
+                for lead, resp in zip(owners[ts], resps, strict=True):
+                    got[lead] = resp
+                    if resp.replica_failed:
+                        lead.failed_replicas[resp.replica_id] = resp.error
+        return got
+
+    states = merged({lead: PeerRequest(RequestKind.READ_STATE, lead.tablet.tablet_id,
+                                       lead.leader_id) for lead in leaders})
+    readies: dict[TabletLeader, tuple[Ready, PeerRequest]] = {}
+    for lead, resp in states.items():
+        if resp is None or not resp.ok or resp.state is None:
+            out[lead] = RoundFailedError(
+                f"tablet {lead.tablet.tablet_id}: could not read replica {lead.leader_id}'s "
+                f"state ({resp.error if resp is not None else 'tablet server did not answer'})")
+            continue
+        readies[lead] = lead.begin_election(resp.state)
+    own = merged({lead: req for lead, (_, req) in readies.items()})
+    votes: dict[str, list[PeerRequest]] = {}
+    asking: list[TabletLeader] = []
+    for lead, (rd, _) in readies.items():
+        try:
+            msgs = lead.self_voted(rd, own[lead])
+        except KuduError as e:
+            out[lead] = e
+            continue
+        asking.append(lead)
+        for m in msgs:
+            votes.setdefault(m.to, []).append(PeerRequest(
+                RequestKind.STEP, lead.tablet.tablet_id, m.to, messages=(m,)))
+    answers = run_with_retries(transport, votes) if votes else {}
+    by_tablet = {lead.tablet.tablet_id: lead for lead in asking}
+    for resps in answers.values():
+        for resp in resps or ():
+            if resp.replica_failed:
+                by_tablet[resp.tablet_id].failed_replicas[resp.replica_id] = resp.error
+            node = by_tablet[resp.tablet_id].node
+            if node is not None:
+                for m in resp.messages:
+                    node.step(m)
+    winners: list[TabletLeader] = []
+    for lead in asking:
+        try:
+            out[lead] = lead.won()
+            winners.append(lead)
+        except KuduError as e:
+            out[lead] = e
+    for _ in range(MAX_ROUNDS):  # the no-op of each new term, and its commit
+        busy = [lead for lead in winners if lead.node is not None and lead.node.has_ready()]
+        if not busy:
+            break
+        for lead, err in run_round(transport, busy).items():
+            out[lead] = err
+            winners.remove(lead)
+    return out
+
+
+def run_round(transport: PeerTransport, leaders: Sequence[TabletLeader]
+              ) -> dict[TabletLeader, KuduError]:
+    """One round for many tablets: ONE stage carries every tablet's requests.
+
+    Returns the leaders whose round failed, with the error (the others advanced).
+    """
+    rounds = {lead: r for lead in leaders if (r := lead.start_round()) is not None}
+    merged: dict[str, list[PeerRequest]] = {}
+    owners: dict[str, list[TabletLeader]] = {}
+    for lead, rnd in rounds.items():
+        for ts, reqs in rnd.requests.items():
+            merged.setdefault(ts, []).extend(reqs)
+            owners.setdefault(ts, []).extend([lead] * len(reqs))
+    out = run_with_retries(transport, merged) if merged else {}
+    per_leader: dict[TabletLeader, dict[str, list[PeerResponse] | None]] = {
+        lead: {} for lead in rounds}
+    for ts, resps in out.items():
+        if resps is None:
+            for lead in set(owners[ts]):
+                per_leader[lead][ts] = None
+            continue
+        for owner, resp in zip(owners[ts], resps, strict=True):
+            per_leader[owner].setdefault(ts, []).append(resp)  # type: ignore[union-attr]
+    errors: dict[TabletLeader, KuduError] = {}
+    for lead, rnd in rounds.items():
+        try:
+            lead.finish_round(rnd, per_leader[lead])
+        except KuduError as e:
+            errors[lead] = e
+    return errors
+
+
+def replicate(transport: PeerTransport, proposals: Mapping[TabletLeader, Sequence[bytes]]
+              ) -> dict[TabletLeader, list[tuple[int, int]] | KuduError]:
+    """Replicate each leader's batches; all tablets share rounds. Per leader: the batches'
+    (index, term) once committed on a majority, or the error that stopped it."""
+    results: dict[TabletLeader, list[tuple[int, int]] | KuduError] = {}
+    want: dict[TabletLeader, int] = {}
+    positions: dict[TabletLeader, list[tuple[int, int]]] = {}
+    for lead, batches in proposals.items():
+        try:
+            positions[lead] = lead.stage_proposals(batches)
+        except KuduError as e:
+            results[lead] = e
+            continue
+        want[lead] = positions[lead][-1][0] if positions[lead] else 0
+    pending = [lead for lead in want if not lead.committed(want[lead])]
+    for _ in range(MAX_ROUNDS):
+        if not pending:
+            break
+        for lead in pending:
+            node = lead.node
+            if node is not None and not node.has_ready():
+                # Nothing in flight but not committed: a heartbeat makes followers answer.
+                node.broadcast_heartbeat()
+        errors = run_round(transport, pending)
+        results.update(errors)
+        pending = [lead for lead in pending
+                   if lead not in errors and not lead.committed(want[lead])]
+    for lead in want:
+        if lead in results:
+            continue
+        if lead.committed(want[lead]):
+            results[lead] = positions[lead]
+        else:
+            results[lead] = RoundFailedError(
+                f"tablet {lead.tablet.tablet_id}: entries up to {want[lead]} did not reach a "
+                f"majority of voters {lead.tablet.voters} "
+                f"(commit index {lead.node.commit_index if lead.node else 'unknown'})")
+    return results
+
+
+def collect_results(transport: PeerTransport, wanted: Mapping[TabletLeader, Sequence[int]]
+                    ) -> dict[TabletLeader, dict[int, WriteResult] | KuduError]:
+    """Per-row results of committed entries, for many tablets at once.
+
+    Replicas apply an entry when they learn it is committed, i.e. in the round *after* it
+    committed; so this runs commit-only rounds (one stage for all tablets) until every
+    result arrived. The leader replica applies on the first such round.
+    """
+    out: dict[TabletLeader, dict[int, WriteResult] | KuduError] = {}
+    pending = dict(wanted)
+    for _ in range(MAX_ROUNDS):
+        for lead in list(pending):
+            got = lead.pop_results(pending[lead])
+            if got is not None:
+                out[lead] = got
+                del pending[lead]
+        if not pending:
+            return out
+        for lead in pending:
+            if lead.node is not None:
+                lead.node.broadcast_heartbeat()
+        for lead, err in run_round(transport, list(pending)).items():
+            out[lead] = err
+            del pending[lead]
+    for lead, idx in pending.items():
+        out[lead] = RoundFailedError(
+            f"tablet {lead.tablet.tablet_id}: no replica reported applying entries "
+            f"{sorted(idx)[:5]}")
+    return out

@@ -1,0 +1,102 @@
+"""Replication rounds' transport contract, its errors, and the in-process transport.
+
+:class:`PeerTransport` runs one round (requests per tablet server in, responses out);
+:func:`run_with_retries` runs one, retrying without the servers that became unreachable.
+:class:`DirectTransport` calls the replica handlers in this process, one data root per tablet
+server (staged batches are read straight from their files): it is what unit tests and
+single-process tools use, and the reference the Spark transport (a barrier stage of pinned
+tasks, :mod:`pyspark_kudu.spark.replication.spark_rounds`) must match.
+
+Thread-safety: ``DirectTransport`` may be shared; per-replica exclusion is the replica lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from pyspark_kudu.errors import AbortedError, ServiceUnavailableError
+from pyspark_kudu.spark.host.dataplane import read_staged, refs_in
+from pyspark_kudu.spark.host.handlers import PeerRequest, PeerResponse, handle_requests
+from pyspark_kudu.wal import WalOptions
+
+__all__ = [
+    "MAX_ROUNDS",
+    "MAX_ROUND_ATTEMPTS",
+    "DirectTransport",
+    "FencedError",
+    "PeerTransport",
+    "RoundFailedError",
+    "run_with_retries",
+]
+
+MAX_ROUND_ATTEMPTS = 3  # a round failed as a whole is tried this often, skipping lost servers
+MAX_ROUNDS = 8  # rounds a leader runs to get one thing done (a commit, results, a quiet node)
+
+
+class FencedError(AbortedError):
+    """A newer leader (another client) took over this tablet; this client's leadership ended."""
+
+
+class RoundFailedError(ServiceUnavailableError):
+    """A round could not reach the replicas it needed (e.g. no majority of tablet servers)."""
+
+
+class PeerTransport(Protocol):
+    """Runs one round: requests per tablet server in, responses per tablet server out.
+
+    A tablet server whose task failed maps to ``None``. ``unreachable()`` names the tablet
+    servers the transport knows cannot run a task now (their host has no executor).
+    """
+
+    def run(self, requests: Mapping[str, Sequence[PeerRequest]]) -> dict[
+        str, list[PeerResponse] | None
+    ]: ...
+
+    def unreachable(self) -> set[str]: ...
+
+
+
+def run_with_retries(transport: PeerTransport, reqs: Mapping[str, Sequence[PeerRequest]]
+                      ) -> dict[str, list[PeerResponse] | None]:
+    """Run a round; when the stage fails as a whole, retry without unreachable servers."""
+    out: dict[str, list[PeerResponse] | None] = {}
+    for _ in range(MAX_ROUND_ATTEMPTS):
+        skip = transport.unreachable()
+        live = {ts: rs for ts, rs in reqs.items() if ts not in skip}
+        if not live:
+            return {}
+        out = transport.run(live)
+        if any(v is not None for v in out.values()):
+            return out
+    return out
+
+
+
+
+class DirectTransport:
+    """Runs every tablet server's requests in this process. ``down`` simulates dead hosts."""
+
+    def __init__(self, roots: Mapping[str, str], options: WalOptions | None = None) -> None:
+        self.roots = dict(roots)
+        self.options = options
+        self.down: set[str] = set()
+        self.rounds = 0
+
+    def run(self, requests: Mapping[str, Sequence[PeerRequest]]) -> dict[
+        str, list[PeerResponse] | None
+    ]:
+        self.rounds += 1
+        out: dict[str, list[PeerResponse] | None] = {}
+        for ts, reqs in requests.items():
+            if ts in self.down:
+                out[ts] = None
+                continue
+            delivered = {ref.path: data for r in reqs for ref in refs_in(r.messages, r.entries)
+                         if (data := read_staged(ref)) is not None}
+            out[ts] = handle_requests(self.roots[ts], reqs, host=ts, options=self.options,
+                                      delivered=delivered)
+        return out
+
+    def unreachable(self) -> set[str]:
+        return set(self.down)

@@ -1,0 +1,290 @@
+"""The client of a driver's session service (:mod:`~pyspark_kudu.spark.api.session_service`).
+
+Callers: the ``kudu`` data source in Spark's Python workers (``describe``, ``commit``, ...)
+and other clients forwarding work to the holder of a tablet's leadership lease
+(``lead_commit``, ``lead_read``, ``lead_heal``, :mod:`~.lease_keeper`). The wire format,
+shared with the service: a TCP connection per call, ``KSS1`` + the secret, then one
+length-prefixed JSON request and one JSON reply ``{"ok": true, "result": ...}`` or
+``{"ok": false, "error": {type, message, family}}``. Errors are rebuilt as the same
+:mod:`pyspark_kudu.errors` class (``RowWriteError`` with its rows); anything else becomes a
+``RemoteError`` naming the original type.
+
+Thread-safety: :class:`SessionClient` holds no connection between calls and may be shared.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark_kudu import errors
+from pyspark_kudu.errors import (
+    InvalidArgumentError,
+    KuduError,
+    RemoteError,
+    RowWriteError,
+    ServiceUnavailableError,
+    UsageError,
+)
+from pyspark_kudu.schema import Schema
+from pyspark_kudu.spark.replication.write_service import WriteSummary
+
+__all__ = [
+    "MAGIC",
+    "SessionAddress",
+    "SessionClient",
+    "SessionUnreachableError",
+    "TableInfo",
+    "TabletInfo",
+    "decode_error",
+    "encode_error",
+    "recv_exact",
+    "recv_json",
+    "send_json",
+]
+
+MAGIC = b"KSS1"
+_LEN = struct.Struct(">I")
+_MAX_FRAME = 1 << 30  # refs are ~200 bytes each: a billion-row write stays far below this
+_CONNECT_TIMEOUT_S = 10.0
+_MAX_FOREIGN_MESSAGE = 4000
+
+
+@dataclass(frozen=True)
+class SessionAddress:
+    """Where a session service listens, its secret (kept out of ``repr``) and the master
+    addresses of its KuduContext (to check ``kudu.master`` before any call)."""
+
+    host: str
+    port: int
+    secret: str = field(repr=False)
+    masters: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"host": self.host, "port": self.port, "secret": self.secret,
+                "masters": list(self.masters)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> SessionAddress:
+        return cls(str(d["host"]), int(d["port"]), str(d["secret"]),
+                   tuple(str(m) for m in d.get("masters") or ()))
+
+
+class SessionUnreachableError(ServiceUnavailableError):
+    """No connection to the session service could be made: the request was never sent."""
+
+
+@dataclass(frozen=True)
+class TabletInfo:
+    """One tablet as :meth:`SessionClient.describe` reports it.
+
+    ``leader`` is the replica the master lists as leader ("" if none reported a commit yet)
+    and ``known_commit`` the commit index reported with it (None when unknown): a scan of
+    the leader replica at that index sees every write this client committed.
+    """
+
+    tablet_id: str
+    replicas: tuple[str, ...]
+    leader: str = ""
+    known_commit: int | None = None
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    """What the data source needs to plan a read or a write of one table."""
+
+    table: str
+    schema: Schema
+    partition_schema: Mapping[str, Any]
+    tablets: tuple[TabletInfo, ...]
+    #: uuid -> (host, data root or None, resident tablet server address or "", location)
+    tservers: Mapping[str, tuple[str, str | None, str, str | None]]
+    staging_root: str | None  # the warehouse in local mode; None: each host's data root
+    data_root_conf: str | None  # spark.kudu.dataRoot of the application, if set
+    filter_pushdown: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "table": self.table, "schema": self.schema.to_dict(),
+            "partition_schema": dict(self.partition_schema),
+            "tablets": [{"tablet_id": t.tablet_id, "replicas": list(t.replicas),
+                         "leader": t.leader, "known_commit": t.known_commit}
+                        for t in self.tablets],
+            "tservers": {u: list(v) for u, v in self.tservers.items()},
+            "staging_root": self.staging_root,
+            "data_root_conf": self.data_root_conf, "filter_pushdown": self.filter_pushdown,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TableInfo:
+        return cls(
+            table=str(d["table"]), schema=Schema.from_dict(d["schema"]),
+            partition_schema=dict(d["partition_schema"]),
+            tablets=tuple(TabletInfo(str(t["tablet_id"]), tuple(t["replicas"]),
+                                     str(t.get("leader") or ""), t.get("known_commit"))
+                          for t in d["tablets"]),
+            tservers={str(u): (str(v[0]), None if v[1] is None else str(v[1]),
+                               str(v[2]) if len(v) > 2 else "",
+                               None if len(v) < 4 or v[3] is None else str(v[3]))
+                      for u, v in d["tservers"].items()},
+            staging_root=d.get("staging_root"),
+            data_root_conf=d.get("data_root_conf"),
+            filter_pushdown=bool(d.get("filter_pushdown")),
+        )
+
+
+# == wire format ================================================================================
+
+
+def recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(min(n - len(buf), 1 << 20))
+        if not chunk:
+            raise EOFError(f"connection closed after {len(buf)} of {n} bytes")
+        buf += chunk
+    return bytes(buf)
+
+
+def send_json(sock: socket.socket, obj: Any) -> None:
+    payload = json.dumps(obj, separators=(",", ":"), default=str).encode()
+    sock.sendall(_LEN.pack(len(payload)) + payload)
+
+
+def recv_json(sock: socket.socket) -> Any:
+    (n,) = _LEN.unpack(recv_exact(sock, _LEN.size))
+    if n > _MAX_FRAME:
+        raise InvalidArgumentError(f"session service frame of {n} bytes exceeds {_MAX_FRAME}")
+    return json.loads(recv_exact(sock, n))
+
+
+def encode_error(e: BaseException) -> dict[str, Any]:
+    message = str(e)
+    if not isinstance(e, KuduError) and len(message) > _MAX_FOREIGN_MESSAGE:
+        # e.g. a Py4J error carrying pages of JVM stack trace: the head says what failed
+        message = message[:_MAX_FOREIGN_MESSAGE] + " ... (truncated; see the driver log)"
+    out: dict[str, Any] = {"type": type(e).__name__, "message": message,
+                           "family": "usage" if isinstance(e, UsageError) else "remote"}
+    if isinstance(e, RowWriteError):
+        out["errors"] = [list(x) for x in e.errors]
+        out["rows_written"] = e.rows_written
+    return out
+
+
+def decode_error(d: Mapping[str, Any]) -> KuduError:
+    name, msg = str(d.get("type", "")), str(d.get("message", ""))
+    if name == "RowWriteError":
+        errs = [(str(t), dict(r), str(s), str(m)) for t, r, s, m in d.get("errors", [])]
+        return RowWriteError(msg, errs, int(d.get("rows_written", 0)))
+    cls = getattr(errors, name, None)
+    if isinstance(cls, type) and issubclass(cls, KuduError) and cls is not RowWriteError:
+        try:
+            return cls(msg)
+        except TypeError:  # a class with another constructor: keep name and text
+            pass
+    base: type[KuduError] = InvalidArgumentError if d.get("family") == "usage" else RemoteError
+    return base(f"{name} in the kudu session service: {msg}")
+
+
+# == client (data source workers) ===============================================================
+
+
+class SessionClient:
+    """Calls one session service; used by the data source in Spark's Python workers."""
+
+    def __init__(self, address: SessionAddress) -> None:
+        self.address = address
+
+    def call(self, method: str, body: Mapping[str, Any]) -> Any:
+        """One request; returns the result or raises the service's error rebuilt.
+
+        Raises:
+            SessionUnreachableError: no connection could be made (its KuduContext was
+                closed, or this code does not run on the driver host): nothing was sent.
+            ServiceUnavailableError: the connection broke during the call: its outcome is
+                unknown.
+            InvalidArgumentError: the service refused the secret.
+        """
+        a = self.address
+        try:
+            conn = socket.create_connection((a.host, a.port), timeout=_CONNECT_TIMEOUT_S)
+        except OSError as e:
+            raise SessionUnreachableError(
+                f"the kudu session service at {a.host}:{a.port} is not reachable ({e}): the "
+                f"KuduContext that registered format('kudu') may be closed; create a new "
+                f"one, and call the data source from its application") from e
+        try:
+            with conn as s:
+                s.settimeout(None)  # a commit lasts as long as its replication rounds
+                s.sendall(MAGIC + a.secret.encode())
+                send_json(s, {"method": method, "body": dict(body)})
+                reply = recv_json(s)
+        except (OSError, EOFError) as e:
+            raise ServiceUnavailableError(
+                f"the connection to the kudu session service at {a.host}:{a.port} broke "
+                f"during {method!r} ({e}): its outcome is unknown (the KuduContext serving "
+                f"it may have been closed)") from e
+        if reply.get("ok"):
+            return reply.get("result")
+        raise decode_error(reply.get("error") or {})
+
+    def describe(self, table: str) -> TableInfo:
+        return TableInfo.from_dict(self.call("describe", {"table": table}))
+
+    def commit(self, table: str, refs: Sequence[bytes], bad_rows: Sequence[str],
+               write_ids: Sequence[str]) -> WriteSummary:
+        """Replicate staged batches of one write (then discard its staging)."""
+        out = self.call("commit", {"table": table, "refs": _b64(refs),
+                                   "bad_rows": list(bad_rows), "write_ids": list(write_ids)})
+        return _summary(out)
+
+    def abort(self, write_ids: Sequence[str]) -> None:
+        self.call("abort", {"write_ids": list(write_ids)})
+
+    def commit_stream(self, table: str, stream_id: str, batch_id: int, refs: Sequence[bytes],
+                      bad_rows: Sequence[str], write_ids: Sequence[str]) -> WriteSummary | None:
+        """``commit`` of micro-batch ``batch_id``; None if it was committed before (replay)."""
+        out = self.call("commit_stream", {
+            "table": table, "stream_id": stream_id, "batch_id": int(batch_id),
+            "refs": _b64(refs), "bad_rows": list(bad_rows), "write_ids": list(write_ids)})
+        return None if out is None else _summary(out)
+
+    def read_points(self, table: str, tablet_ids: Sequence[str]) -> dict[str, tuple[str, int]]:
+        """Per tablet: the leader replica and an index committed after this call began
+        (asked of the leading client if another one leads)."""
+        return self._points("read_points", table, tablet_ids)
+
+    def lead_commit(self, table: str, refs: Sequence[bytes], bad_rows: Sequence[str] = ()
+                    ) -> WriteSummary:
+        """Have this service's client replicate staged batches of tablets it leads."""
+        return _summary(self.call("lead_commit", {"table": table, "refs": _b64(refs),
+                                                  "bad_rows": list(bad_rows)}))
+
+    def lead_read(self, table: str, tablet_ids: Sequence[str]) -> dict[str, tuple[str, int]]:
+        """Per tablet: the leader replica and an index committed after this call began."""
+        return self._points("lead_read", table, tablet_ids)
+
+    def _points(self, method: str, table: str, tablet_ids: Sequence[str]
+                ) -> dict[str, tuple[str, int]]:
+        out = self.call(method, {"table": table, "tablet_ids": list(tablet_ids)})
+        return {str(t): (str(ts), int(i)) for t, (ts, i) in out.items()}
+
+    def lead_heal(self, actions: Sequence[Mapping[str, Any]]
+                  ) -> list[tuple[KuduError | None, float]]:
+        """Carry out replication actions on tablets this service's client leads."""
+        out = self.call("lead_heal", {"actions": [dict(a) for a in actions]})
+        return [(None if err is None else decode_error(err), float(took))
+                for err, took in out]
+
+
+def _b64(refs: Sequence[bytes]) -> list[str]:
+    return [base64.b64encode(r).decode() for r in refs]
+
+
+def _summary(d: Mapping[str, Any]) -> WriteSummary:
+    return WriteSummary(int(d["rows_written"]), int(d["row_errors"]), int(d["tablets"]))

@@ -1,0 +1,241 @@
+"""Group commit at round level: concurrent writes from one client share replication rounds.
+
+A round costs a Spark stage (~0.1-0.3 s, DESIGN §4) whatever it carries, so a client with
+many writer threads must not run one stage per write. :class:`ReplicationService` owns the
+client's :class:`~pyspark_kudu.spark.replication.tablet_leader.TabletLeader`s and one round thread:
+writers
+:meth:`~ReplicationService.submit` batches and wait on a future; the round thread takes
+*everything* queued, appends it to the tablets' leaders and replicates all of it with
+:func:`~pyspark_kudu.spark.replication.multitablet.replicate` (one stage per round for all
+tablets). Writes
+that arrive while a round runs ride the next one: the same shape as the WAL's group commit,
+one level up.
+
+A write's future resolves to its batches' ``(index, term)`` once committed on a majority, or
+to the error that stopped its tablet (the other tablets of the round are unaffected).
+Before futures resolve, each leader releases the entries of the finished writes from its
+driver-side log mirror (:meth:`~pyspark_kudu.spark.replication.tablet_leader.TabletLeader.release`)
+and a
+leader whose write failed is abandoned, so a writer may remove its staged batches as soon
+as its future resolved (:mod:`pyspark_kudu.spark.host.dataplane`).
+
+Thread-safety: thread-safe. ``submit`` may be called from any thread; only the round thread
+touches the leaders (they are not thread-safe themselves).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark_kudu.errors import IllegalStateError, KuduError
+from pyspark_kudu.spark.replication.multitablet import collect_results, replicate, run_round
+from pyspark_kudu.spark.replication.peer_transport import PeerTransport
+from pyspark_kudu.spark.replication.tablet_leader import TabletLeader
+from pyspark_kudu.tablet import WriteResult
+
+__all__ = ["ReplicationService", "WriteOutcome", "WriteProgress", "WriteSummary"]
+
+
+WriteOutcome = list[tuple[int, int, WriteResult | None]]
+"""Per batch: (index, term, per-row result or None if results were not asked for)."""
+
+
+@dataclass(frozen=True)
+class WriteSummary:
+    """What a write did: rows written, rows refused (per-row errors), tablets touched."""
+
+    rows_written: int
+    row_errors: int
+    tablets: int
+
+
+@dataclass(frozen=True)
+class WriteProgress:
+    """How far a write got: rows and batches committed so far, out of the totals."""
+
+    rows_done: int
+    rows_total: int
+    batches_done: int
+    batches_total: int
+
+
+@dataclass
+class _Write:
+    leader: TabletLeader
+    batches: tuple[bytes, ...]
+    want_results: bool
+    future: Future[WriteOutcome] = field(default_factory=Future)
+
+
+@dataclass
+class _Call:
+    fn: Callable[[], Any]
+    future: Future[Any] = field(default_factory=Future)
+
+
+class ReplicationService:
+    """Runs rounds for queued writes on a background thread until :meth:`close`."""
+
+    def __init__(self, transport: PeerTransport, settle_delay_s: float = 0.5) -> None:
+        self._transport = transport
+        self.settle_delay_s = settle_delay_s
+        self._queue: list[_Write] = []
+        self._calls: list[_Call] = []
+        self._cv = threading.Condition()
+        self._closed = False
+        self.rounds = 0
+        self.writes = 0
+        self.settle_rounds = 0
+        self._thread = threading.Thread(target=self._loop, name="kudu-replication",
+                                        daemon=True)
+        self._thread.start()
+
+    def submit(self, leader: TabletLeader, batches: Sequence[bytes],
+               want_results: bool = False) -> Future[WriteOutcome]:
+        """Queue ``batches`` for ``leader``'s tablet; the future resolves once committed
+        (and, with ``want_results``, once a replica reported their per-row results)."""
+        w = _Write(leader, tuple(batches), want_results)
+        with self._cv:
+            if self._closed:
+                raise IllegalStateError("the replication service is closed")
+            self._queue.append(w)
+            self._cv.notify()
+        return w.future
+
+    def call(self, fn: Callable[[], Any]) -> Future[Any]:
+        """Run ``fn`` on the round thread between rounds (it may drive leaders: membership
+        changes, tablet copies); the future resolves to its result or exception."""
+        c = _Call(fn)
+        with self._cv:
+            if self._closed:
+                raise IllegalStateError("the replication service is closed")
+            self._calls.append(c)
+            self._cv.notify()
+        return c.future
+
+    def _run_calls(self) -> None:
+        with self._cv:
+            calls, self._calls = self._calls, []
+        for c in calls:
+            try:
+                c.future.set_result(c.fn())
+            except BaseException as e:  # handed to the caller, whatever it is
+                c.future.set_exception(e)
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+        self._thread.join()
+
+    def __enter__(self) -> ReplicationService:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _loop(self) -> None:
+        unsettled: set[TabletLeader] = set()
+        while True:
+            batch: list[_Write] | None
+            self._run_calls()
+            with self._cv:
+                if unsettled and not self._queue and not self._closed and not self._calls:
+                    self._cv.wait(self.settle_delay_s)  # a next write would carry the commit
+                if self._calls:
+                    continue
+                if unsettled and not self._queue and not self._closed:
+                    batch = None
+                else:
+                    while not self._queue and not self._closed and not self._calls:
+                        self._cv.wait()
+                    if self._calls:
+                        continue
+                    if not self._queue and self._closed:
+                        batch = None
+                    else:
+                        batch, self._queue = self._queue, []
+            if batch is None and self._closed:
+                if unsettled:  # closing: replicas must still learn what committed
+                    self._settle(unsettled)
+                self._run_calls()
+                return
+            if batch is None:
+                self._settle(unsettled)
+                unsettled = set()
+                continue
+            self._run(batch)
+            unsettled |= {w.leader for w in batch}
+
+    def _settle(self, leaders: set[TabletLeader]) -> None:
+        """After ``settle_delay_s`` without writes: one commit-only round, so that replicas
+        learn the new commit index and apply it (a write returns once *committed*; applying
+        is what makes replicas' own tablets current for scans). A write arriving sooner
+        carries the commit index itself. Results nobody asked for are dropped."""
+        live = [lead for lead in leaders if lead.node is not None]
+        for lead in live:
+            assert lead.node is not None
+            lead.node.broadcast_heartbeat()
+        try:
+            errors = run_round(self._transport, live) if live else {}
+        except KuduError:
+            errors = {}
+        self.settle_rounds += 1
+        for lead in live:
+            if lead in errors:
+                lead.abandon(str(errors[lead]))
+            elif lead.node is not None:
+                # Every proposed entry belongs to a finished write now: release what the
+                # round's apply made releasable (``_run`` could only go as far as applied).
+                lead.release(lead.node.commit_index)
+            lead.drop_results()
+
+    def _run(self, writes: list[_Write]) -> None:
+        per_leader: dict[TabletLeader, list[_Write]] = {}
+        for w in writes:
+            per_leader.setdefault(w.leader, []).append(w)
+        proposals = {lead: [b for w in ws for b in w.batches] for lead, ws in per_leader.items()}
+        self.rounds += 1
+        self.writes += len(writes)
+        try:
+            results = replicate(self._transport, proposals)
+        except KuduError as e:  # a failure of the whole call fails every write in it
+            for w in writes:
+                w.future.set_exception(e)
+            return
+        wanted: dict[TabletLeader, list[int]] = {}
+        for lead, ws in per_leader.items():
+            res = results[lead]
+            if isinstance(res, Exception):
+                continue
+            offset = 0
+            for w in ws:
+                if w.want_results:
+                    wanted.setdefault(lead, []).extend(
+                        i for i, _ in res[offset:offset + len(w.batches)])
+                offset += len(w.batches)
+        row_results = collect_results(self._transport, wanted) if wanted else {}
+        for lead in per_leader:
+            res = results[lead]
+            if isinstance(res, Exception):
+                lead.abandon(str(res))
+            elif res:
+                lead.release(max(i for i, _ in res))
+        for lead, ws in per_leader.items():
+            res = results[lead]
+            per_row = row_results.get(lead, {})
+            offset = 0
+            for w in ws:
+                if isinstance(res, Exception):
+                    w.future.set_exception(res)
+                elif w.want_results and isinstance(per_row, Exception):
+                    w.future.set_exception(per_row)
+                else:
+                    mine = res[offset:offset + len(w.batches)]
+                    got = per_row if isinstance(per_row, dict) else {}
+                    w.future.set_result([(i, t, got.get(i)) for i, t in mine])
+                offset += len(w.batches)

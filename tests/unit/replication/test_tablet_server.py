@@ -1,0 +1,234 @@
+"""The resident tablet server (DESIGN §1): a host's replicas scanned and streamed from any
+host over authenticated Arrow Flight, and a server process that dies with its daemon."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from pyspark_kudu.errors import (
+    InvalidArgumentError,
+    NetworkError,
+    NotFoundError,
+    ServiceUnavailableError,
+)
+from pyspark_kudu.schema import ColumnSchema, Predicate, Schema
+from pyspark_kudu.spark.host import tserver_client
+from pyspark_kudu.spark.host.identity import ensure_instance
+from pyspark_kudu.spark.host.replica_scan import scan_replica
+from pyspark_kudu.spark.host.tablet_server import _make_server
+from pyspark_kudu.spark.host.tserver_protocol import (
+    FileRequest,
+    ScanRequest,
+    decode_predicates,
+    encode_predicates,
+)
+from pyspark_kudu.spark.replication.peer_transport import DirectTransport
+from pyspark_kudu.spark.replication.tablet_leader import TabletLeader, TabletReplicas
+from pyspark_kudu.tablet import OpType, encode_write_batch
+from tests.waiting import wait_until
+
+pytestmark = pytest.mark.unit
+
+SECRET = b"k" * 32
+TS = ("ts-a", "ts-b", "ts-c")
+SCHEMA = Schema((ColumnSchema("id", "int64", nullable=False), ColumnSchema("v", "string")),
+                ("id",))
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def replicas(tmp_path: Path) -> Iterator[tuple[dict[str, str], str]]:
+    """Three replicas of tablet "t" with 300 committed rows; the roots are tablet-server
+    data roots (with instance files). Yields (roots by replica id, uuid of ts-b's root)."""
+    roots = {ts: str(tmp_path / ts) for ts in TS}
+    infos = {ts: ensure_instance(r) for ts, r in roots.items()}
+    transport = DirectTransport(roots)
+    tablet = TabletReplicas("t", TS)
+    TabletLeader(tablet, "ts-a", transport).create(SCHEMA.to_json())
+    lead = TabletLeader(tablet, "ts-a", transport)
+    lead.elect()
+    for k in range(3):
+        lead.propose([encode_write_batch(SCHEMA, OpType.UPSERT, pa.table({
+            "id": list(range(k * 100, k * 100 + 100)),
+            "v": [f"v{i}" for i in range(k * 100, k * 100 + 100)]}))])
+    lead.heartbeat()  # followers learn the commit index and apply
+    yield roots, infos["ts-b"].uuid
+
+
+@pytest.fixture
+def server() -> Iterator[Any]:
+    srv = _make_server("127.0.0.1", SECRET)
+    try:
+        yield srv
+    finally:
+        srv.shutdown()
+
+
+def _addr(srv: Any) -> str:
+    return f"127.0.0.1:{srv.port}"
+
+
+def _local_rows(root: str, **kw: Any) -> pa.Table:
+    return pa.Table.from_batches([b for ipc in scan_replica(root, "t", **kw)
+                                  for b in pa.ipc.open_stream(ipc)])
+
+
+def test_a_remote_scan_returns_exactly_what_a_local_scan_of_that_replica_returns(
+        replicas: tuple[dict[str, str], str], server: Any) -> None:
+    roots, ts_b = replicas
+    req = ScanRequest(ts_b, "t", None, root=roots["ts-b"], batch_rows=64)
+    got = pa.Table.from_batches(list(tserver_client.scan_remote(_addr(server), SECRET, req)))
+    want = _local_rows(roots["ts-b"], columns=None, predicates=(), snapshot=None)
+    assert got.num_rows == 300
+    assert got.sort_by("id").equals(want.sort_by("id"))
+
+
+def test_a_remote_scan_applies_columns_and_typed_predicates(
+        replicas: tuple[dict[str, str], str], server: Any) -> None:
+    roots, ts_b = replicas
+    preds = (Predicate.ge("id", 10), Predicate.lt("id", 20), Predicate.in_("v", ["v12", "v15"]))
+    req = ScanRequest(ts_b, "t", ("v",), preds, root=roots["ts-b"],
+                      types={c.name: c.type for c in SCHEMA.columns})
+    got = pa.Table.from_batches(list(tserver_client.scan_remote(_addr(server), SECRET, req)))
+    assert got.column_names == ["v"]
+    assert sorted(got.column("v").to_pylist()) == ["v12", "v15"]
+
+
+def test_predicates_keep_their_exact_types_on_the_wire() -> None:
+    preds = [Predicate.eq("ts", dt.datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=dt.timezone.utc)),
+             Predicate.in_("d", [Decimal("1.25"), Decimal("-3.50")]),
+             Predicate.le("day", dt.date(2026, 11, 25)), Predicate.ne("b", b"\x00\xff"),
+             Predicate.is_null("n"), Predicate.is_not_null("m")]
+    assert decode_predicates(encode_predicates(preds)) == preds
+
+
+def test_a_scan_of_a_server_or_tablet_not_on_that_host_is_not_found(
+        replicas: tuple[dict[str, str], str], server: Any) -> None:
+    roots, ts_b = replicas
+    with pytest.raises(NotFoundError, match="not served here"):
+        list(tserver_client.scan_remote(_addr(server), SECRET,
+                                        ScanRequest("someone-else", "t", None,
+                                                    root=roots["ts-b"])))
+    with pytest.raises(NotFoundError, match="no replica"):
+        list(tserver_client.scan_remote(_addr(server), SECRET,
+                                        ScanRequest(ts_b, "nope", None, root=roots["ts-b"])))
+
+
+def test_a_replica_behind_a_linearizable_read_point_refuses_instead_of_serving_less(
+        replicas: tuple[dict[str, str], str], server: Any) -> None:
+    roots, ts_b = replicas
+    req = ScanRequest(ts_b, "t", None, known_commit=10_000, require_index=10_000,
+                      root=roots["ts-b"])
+    with pytest.raises(ServiceUnavailableError, match="needs 10000"):
+        list(tserver_client.scan_remote(_addr(server), SECRET, req))
+
+
+def test_a_file_stream_returns_the_exact_bytes_of_a_range(
+        replicas: tuple[dict[str, str], str], server: Any) -> None:
+    roots, ts_b = replicas
+    wal = Path(roots["ts-b"]) / "tablets" / "t" / "wal"
+    seg = max(wal.iterdir(), key=lambda p: p.stat().st_size)
+    data = seg.read_bytes()
+    rel = f"wal/{seg.name}"
+    whole = b"".join(tserver_client.fetch_file(
+        _addr(server), SECRET, FileRequest(ts_b, "t", rel, root=roots["ts-b"])))
+    assert whole == data
+    part = b"".join(tserver_client.fetch_file(
+        _addr(server), SECRET, FileRequest(ts_b, "t", rel, 7, 100, root=roots["ts-b"])))
+    assert part == data[7:107]
+
+
+@pytest.mark.parametrize("path", ["../../instance", "/etc/passwd", "wal/../../x", ".", ""])
+def test_a_file_request_outside_the_tablet_directory_is_refused(path: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="relative path"):
+        FileRequest("ts", "t", path)
+
+
+def test_a_client_without_the_secret_is_served_nothing(
+        replicas: tuple[dict[str, str], str], server: Any) -> None:
+    roots, ts_b = replicas
+    with pytest.raises(InvalidArgumentError, match="secret"):
+        list(tserver_client.scan_remote(_addr(server), b"w" * 32,
+                                        ScanRequest(ts_b, "t", None, root=roots["ts-b"])))
+    assert tserver_client.ping(_addr(server), SECRET)["served"] == 0
+
+
+def test_an_unreachable_server_is_a_network_error() -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(NetworkError):
+        list(tserver_client.scan_remote(f"127.0.0.1:{port}", SECRET,
+                                        ScanRequest("ts", "t", None)))
+
+
+def test_no_server_listens_without_a_credential() -> None:
+    with pytest.raises(InvalidArgumentError, match="PYSPARK_KUDU_SECRET"):
+        _make_server("127.0.0.1", b"")
+
+
+_DAEMON = textwrap.dedent("""
+    import os, sys, time
+    from pyspark_kudu.spark.host.tablet_server import start_resident
+    address = start_resident()
+    print(address, os.environ.get("PYSPARK_KUDU_TSERVER_ADDRESS"), flush=True)
+    sys.stdin.read()  # like pyspark's daemon: lives until the executor closes stdin
+""")
+
+
+def _start_daemon(env: dict[str, str]) -> tuple[subprocess.Popen[str], list[str]]:
+    proc = subprocess.Popen([sys.executable, "-c", _DAEMON], env=env, cwd=REPO, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    return proc, proc.stdout.readline().split()
+
+
+def _alive(address: str) -> bool:
+    try:
+        tserver_client.ping(address, SECRET, timeout_s=2.0)
+        return True
+    except NetworkError:
+        return False
+
+
+@pytest.mark.parametrize("how", ["stdin closed", "SIGKILL"])
+def test_the_resident_server_lives_exactly_as_long_as_its_daemon(how: str) -> None:
+    env = dict(os.environ, PYSPARK_KUDU_SECRET=SECRET.decode(), SPARK_LOCAL_IP="127.0.0.1")
+    proc, (address, exported) = _start_daemon(env)
+    try:
+        assert address == exported, "workers forked by the daemon must see the address"
+        assert tserver_client.ping(address, SECRET)["address"] == address
+        if how == "SIGKILL":
+            proc.send_signal(signal.SIGKILL)
+        else:
+            assert proc.stdin is not None
+            proc.stdin.close()
+        proc.wait(timeout=30)
+        wait_until(lambda: not _alive(address), 30, f"the server at {address} going away")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_without_a_credential_the_daemon_starts_no_server() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PYSPARK_KUDU_SECRET"}
+    proc, words = _start_daemon(env)
+    try:
+        assert words == ["None", "None"]
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
