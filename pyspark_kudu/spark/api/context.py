@@ -87,6 +87,7 @@ from pyspark_kudu.spark.host.identity import (
     ensure_instance,
     local_data_root,
 )
+from pyspark_kudu.spark.host.replica_reader import TabletScan
 from pyspark_kudu.spark.host.tserver_protocol import ADDRESS_ENV
 from pyspark_kudu.spark.pinned import executor_hosts, pinned_rdd
 from pyspark_kudu.spark.replication.lease_keeper import (
@@ -841,6 +842,16 @@ class KuduContext(ReplicaManagement):
           another writer's leadership of those tablets. ``locality`` does not apply.
         """
         return scan.read_table(self, name, columns, predicates, snapshot, locality, read_mode)
+
+    def scan_tokens(self, name: str, columns: Sequence[str] | None = None,
+                    predicates: Sequence[Predicate] = (), snapshot: int | None = None,
+                    locality: str = "closest_replica", read_mode: str = "read_latest"
+                    ) -> list[TabletScan]:
+        """The scan :meth:`read_table` would run, as one token per tablet (kudu-spark's
+        ``KuduScanToken``): its eligible replicas, read point and preferred hosts. Run one
+        anywhere with :func:`~pyspark_kudu.spark.host.replica_reader.read_tablet`."""
+        return scan.scan_tokens(self, name, columns, predicates, snapshot, locality,
+                                read_mode)[0]
 
     def server_locations(self) -> dict[str, str | None]:
         """Every registered tablet server's location (None: it has none)."""

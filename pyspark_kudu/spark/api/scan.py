@@ -35,7 +35,7 @@ from pyspark_kudu.spark.pinned import pinned_rdd
 if TYPE_CHECKING:  # pragma: no cover - the context imports this module
     from pyspark_kudu.spark.api.context import KuduContext
 
-__all__ = ["LOCALITIES", "READ_MODES", "out_schema_to_spark", "read_table"]
+__all__ = ["LOCALITIES", "READ_MODES", "out_schema_to_spark", "read_table", "scan_tokens"]
 
 LOCALITIES = ("closest_replica", "leader_only")
 READ_MODES = ("read_latest", "linearizable")
@@ -45,6 +45,22 @@ def read_table(kudu: KuduContext, name: str, columns: Sequence[str] | None,
                predicates: Sequence[Predicate], snapshot: int | None, locality: str,
                read_mode: str) -> DataFrame:
     """See :meth:`KuduContext.read_table`."""
+    tokens, out_schema, schema = scan_tokens(kudu, name, columns, predicates, snapshot,
+                                             locality, read_mode)
+    spark_schema = out_schema_to_spark(out_schema, schema)
+    if not tokens:
+        return kudu.spark.createDataFrame([], spark_schema)
+    rdd = pinned_rdd(kudu.spark.sparkContext, [(t, t.preferred_hosts()) for t in tokens])
+    raw = kudu.spark.createDataFrame(rdd.mapPartitions(_scan_partition),
+                                     StructType([StructField("ipc", BinaryType(), False)]))
+    return raw.mapInArrow(_decoder(out_schema), spark_schema)
+
+
+def scan_tokens(kudu: KuduContext, name: str, columns: Sequence[str] | None,
+                predicates: Sequence[Predicate], snapshot: int | None, locality: str,
+                read_mode: str) -> tuple[list[TabletScan], pa.Schema, Schema]:
+    """One scan token per tablet left after pruning, the projection's Arrow schema and the
+    table's schema (see :meth:`KuduContext.scan_tokens`)."""
     if locality not in LOCALITIES:
         raise InvalidArgumentError(
             f"unknown scan locality {locality!r}: use closest_replica or leader_only")
@@ -77,7 +93,7 @@ def read_table(kudu: KuduContext, name: str, columns: Sequence[str] | None,
     pruned = partitioner.prune(predicates)
     points = (kudu._read_points(locs, [locs.tablets[p].tablet_id for p in pruned])
               if read_mode == "linearizable" else {})
-    tasks: list[tuple[Any, list[str]]] = []
+    tokens: list[TabletScan] = []
     for pidx in pruned:
         tablet = locs.tablets[pidx]
         tid = tablet.tablet_id
@@ -97,16 +113,10 @@ def read_table(kudu: KuduContext, name: str, columns: Sequence[str] | None,
             chosen = [choice(v, v == leader) for v in voters]
         if not chosen:
             raise ServiceUnavailableError(f"tablet {tid} of {name}: no replica is reachable")
-        scan = TabletScan(name, tid, tuple(chosen), cols, tuple(predicates), snapshot, known,
-                          require, data_root_conf=conf_root, host_locations=host_locations,
-                          types=types)
-        tasks.append((scan, scan.preferred_hosts()))
-    spark_schema = out_schema_to_spark(out_schema, schema)
-    if not tasks:
-        return kudu.spark.createDataFrame([], spark_schema)
-    rdd = pinned_rdd(kudu.spark.sparkContext, tasks).mapPartitions(_scan_partition)
-    raw = kudu.spark.createDataFrame(rdd, StructType([StructField("ipc", BinaryType(), False)]))
-    return raw.mapInArrow(_decoder(out_schema), spark_schema)
+        tokens.append(TabletScan(name, tid, tuple(chosen), cols, tuple(predicates), snapshot,
+                                 known, require, data_root_conf=conf_root,
+                                 host_locations=host_locations, types=types))
+    return tokens, out_schema, schema
 
 
 def out_schema_to_spark(arrow: pa.Schema, schema: Schema) -> StructType:

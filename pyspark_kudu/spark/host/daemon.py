@@ -1,4 +1,5 @@
-"""A PySpark worker daemon that imports pyspark-kudu's executor-side modules before forking.
+"""A PySpark worker daemon that imports pyspark-kudu's executor-side modules before forking,
+and starts the host's resident tablet server (:mod:`~.tablet_server`) first.
 
 Every pinned task runs in a Python worker forked by the executor's daemon. A worker that has
 not run pyspark-kudu code before imports it on its first task (pyarrow, numpy, pandas via
@@ -37,4 +38,8 @@ SESSION_CONF: tuple[tuple[str, str], ...] = (
 )
 
 if __name__ == "__main__":
+    # This host's resident tablet server, forked before any worker (tablet_server.py).
+    from pyspark_kudu.spark.host.tablet_server import start_resident
+
+    start_resident()
     manager()
