@@ -30,9 +30,9 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+from pyspark_kudu.errors import FencedError
 from pyspark_kudu.master.localcluster import MasterProcessCluster
 from pyspark_kudu.spark.api.context import KuduContext
-from pyspark_kudu.spark.replication.peer_transport import FencedError
 from pyspark_kudu.testing.cluster import StandaloneCluster, cluster_session
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

@@ -21,20 +21,25 @@ __all__ = [
     "ConsensusError",
     "CorruptionError",
     "DiskFullError",
+    "EntryUnavailableError",
+    "FencedError",
     "IOError_",
     "IllegalStateError",
     "InvalidArgumentError",
     "KuduError",
+    "LocationMappingError",
+    "LocationMappingTimedOutError",
     "NetworkError",
     "NotFoundError",
     "NotLeaderError",
     "NotSupportedError",
     "ProposalDroppedError",
     "RemoteError",
+    "RoundFailedError",
     "RowWriteError",
     "ServiceUnavailableError",
+    "SessionUnreachableError",
     "TimedOutError",
-    "UnavailableError",
     "UsageError",
 ]
 
@@ -130,6 +135,32 @@ class AbortedError(RemoteError):
     status = "Aborted"
 
 
+class FencedError(AbortedError):
+    """A newer leader (another client) took over this tablet; this client's leadership ended.
+    The outcome of the write that saw it is unknown: it may have committed."""
+
+
+class RoundFailedError(ServiceUnavailableError):
+    """A replication round could not reach the replicas it needed (e.g. no majority of
+    tablet servers); nothing the round carried is visible unless a later round commits it."""
+
+
+class SessionUnreachableError(ServiceUnavailableError):
+    """No connection to a driver's session service could be made: nothing was sent."""
+
+
+class LocationMappingError(RemoteError):
+    """The location mapping command could not assign a location (Kudu ``RuntimeError``)."""
+
+    status = "RuntimeError"
+
+
+class LocationMappingTimedOutError(LocationMappingError, TimedOutError):
+    """The location mapping command did not finish in time and was killed."""
+
+    status = "TimedOut"
+
+
 class IOError_(RemoteError):
     """A file-system operation failed (Kudu ``IOError``). Trailing ``_`` avoids the builtin."""
 
@@ -180,8 +211,9 @@ class CompactedError(ConsensusError):
     status = "NotFound"
 
 
-class UnavailableError(ConsensusError):
-    """Requested log entries are not yet available in storage."""
+class EntryUnavailableError(ConsensusError):
+    """Requested log entries are not yet available in storage (etcd's ``ErrUnavailable``;
+    not to be confused with :class:`ServiceUnavailableError`, a peer that cannot serve)."""
 
     status = "Incomplete"
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pyspark_kudu.consensus.messages import Entry, Snapshot
 from pyspark_kudu.consensus.storage import Storage, limit_size
-from pyspark_kudu.errors import CompactedError, ConsensusError, UnavailableError
+from pyspark_kudu.errors import CompactedError, ConsensusError, EntryUnavailableError
 
 __all__ = ["RaftLog"]
 
@@ -108,12 +108,12 @@ class RaftLog:
         return i if i is not None else self.storage.last_index()
 
     def term(self, i: int) -> int:
-        """Term of entry ``i``; raises CompactedError / UnavailableError when unknown."""
+        """Term of entry ``i``; raises CompactedError / EntryUnavailableError when unknown."""
         dummy = self.first_index() - 1
         if i < dummy:
             raise CompactedError(f"index {i} is compacted (first index {dummy + 1})")
         if i > self.last_index():
-            raise UnavailableError(f"index {i} is beyond the last index {self.last_index()}")
+            raise EntryUnavailableError(f"index {i} is beyond the last index {self.last_index()}")
         t = self.unstable.maybe_term(i)
         if t is not None:
             return t
@@ -122,7 +122,7 @@ class RaftLog:
     def term_or_zero(self, i: int) -> int:
         try:
             return self.term(i)
-        except (CompactedError, UnavailableError):
+        except (CompactedError, EntryUnavailableError):
             return 0
 
     def last_term(self) -> int:
@@ -131,7 +131,7 @@ class RaftLog:
     def match_term(self, i: int, term: int) -> bool:
         try:
             return self.term(i) == term
-        except (CompactedError, UnavailableError):
+        except (CompactedError, EntryUnavailableError):
             return False
 
     def is_up_to_date(self, last_index: int, term: int) -> bool:
@@ -157,7 +157,7 @@ class RaftLog:
         while i > 0:
             try:
                 t = self.term(i)
-            except (CompactedError, UnavailableError):
+            except (CompactedError, EntryUnavailableError):
                 return i, 0
             if t <= term:
                 return i, t
@@ -241,7 +241,7 @@ class RaftLog:
         if lo < fi:
             raise CompactedError(f"entries from {lo} were compacted (first index {fi})")
         if hi > self.last_index() + 1:
-            raise UnavailableError(f"slice [{lo},{hi}) out of bound {fi}..{self.last_index()}")
+            raise EntryUnavailableError(f"slice [{lo},{hi}) out of bound {fi}..{self.last_index()}")
         ents: list[Entry] = []
         uoff = self.unstable.offset
         if lo < uoff:

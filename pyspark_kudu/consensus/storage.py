@@ -12,7 +12,7 @@ Index conventions (shared by every implementation):
   index is still answered (the snapshot's term), which log matching needs.
 - ``entries(lo, hi)`` returns ``[lo, hi)``; ``lo < first_index()`` raises
   :class:`~pyspark_kudu.errors.CompactedError`, ``hi > last_index() + 1`` raises
-  :class:`~pyspark_kudu.errors.UnavailableError`.
+  :class:`~pyspark_kudu.errors.EntryUnavailableError`.
 
 Thread-safety: ``MemoryStorage`` is not thread-safe; callers serialise access (the core is
 single-threaded by construction).
@@ -35,7 +35,7 @@ from pyspark_kudu.consensus.messages import (
     SnapshotMetadata,
     encode_conf_change,
 )
-from pyspark_kudu.errors import CompactedError, InvalidArgumentError, UnavailableError
+from pyspark_kudu.errors import CompactedError, EntryUnavailableError, InvalidArgumentError
 
 __all__ = ["MemoryStorage", "Storage", "WritableStorage", "bootstrap", "limit_size"]
 
@@ -148,7 +148,7 @@ class MemoryStorage:
         if lo <= offset:
             raise CompactedError(f"entries from index {lo} were compacted (snapshot at {offset})")
         if hi > self.last_index() + 1:
-            raise UnavailableError(
+            raise EntryUnavailableError(
                 f"entries up to index {hi - 1} requested, but the log ends at {self.last_index()}"
             )
         return limit_size(self._ents[lo - offset:hi - offset], max_size)
@@ -158,7 +158,8 @@ class MemoryStorage:
         if index < offset:
             raise CompactedError(f"term of index {index} was compacted (snapshot at {offset})")
         if index - offset >= len(self._ents):
-            raise UnavailableError(f"index {index} is beyond the last index {self.last_index()}")
+            raise EntryUnavailableError(
+                f"index {index} is beyond the last index {self.last_index()}")
         return self._ents[index - offset].term
 
     def first_index(self) -> int:

@@ -44,7 +44,6 @@ from pyspark_kudu.errors import (
     TimedOutError,
     UsageError,
 )
-from pyspark_kudu.master.locations import LocationMappingError, LocationMappingTimedOutError
 from pyspark_kudu.master.transport import Envelope, decode_envelopes, encode_envelopes
 
 __all__ = ["FlightChannel", "FlightTransport", "MasterFlightServer", "flight_location"]
@@ -69,12 +68,6 @@ def _call_options(token: str | None, timeout: float) -> fl.FlightCallOptions:
     return fl.FlightCallOptions(timeout=timeout, headers=headers)
 
 
-# Errors defined by master modules rather than pyspark_kudu.errors, rebuilt as themselves so
-# that a registration refused over Flight is the same error as an embedded one.
-_MASTER_ERRORS: dict[str, type[KuduError]] = {
-    c.__name__: c for c in (LocationMappingError, LocationMappingTimedOutError)}
-
-
 def _encode_error(e: KuduError) -> Body:
     return {"type": type(e).__name__, "message": str(e),
             "family": "usage" if isinstance(e, UsageError) else "remote",
@@ -85,7 +78,7 @@ def _decode_error(d: Body, address: str) -> KuduError:
     name, msg = str(d.get("type", "")), str(d.get("message", ""))
     if name == "NotLeaderError":
         return NotLeaderError(msg, d.get("leader_hint") or None)
-    cls = getattr(errors, name, None) or _MASTER_ERRORS.get(name)
+    cls = getattr(errors, name, None)
     if isinstance(cls, type) and issubclass(cls, KuduError):
         return cls(msg)
     base: type[KuduError] = InvalidArgumentError if d.get("family") == "usage" else RemoteError

@@ -34,7 +34,11 @@ import subprocess
 import threading
 from collections.abc import Mapping, Sequence
 
-from pyspark_kudu.errors import InvalidArgumentError, RemoteError, TimedOutError
+from pyspark_kudu.errors import (
+    InvalidArgumentError,
+    LocationMappingError,
+    LocationMappingTimedOutError,
+)
 from pyspark_kudu.master.topology import (
     Replica,
     TabletServer,
@@ -46,8 +50,6 @@ __all__ = [
     "DEFAULT_MAPPING_TIMEOUT_S",
     "MAX_LOCATION_LENGTH",
     "LocationCache",
-    "LocationMappingError",
-    "LocationMappingTimedOutError",
     "ReadMode",
     "closeness",
     "is_valid_location",
@@ -59,18 +61,6 @@ __all__ = [
 DEFAULT_MAPPING_TIMEOUT_S = 10.0
 MAX_LOCATION_LENGTH = 1024
 """Longest location accepted from the mapping command (pyspark-kudu's limit; Kudu has none)."""
-
-
-class LocationMappingError(RemoteError):
-    """The location mapping command could not assign a location (Kudu ``RuntimeError``)."""
-
-    status = "RuntimeError"
-
-
-class LocationMappingTimedOutError(LocationMappingError, TimedOutError):
-    """The location mapping command did not finish in time and was killed."""
-
-    status = "TimedOut"
 
 
 def run_location_mapping_cmd(

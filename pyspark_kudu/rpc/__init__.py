@@ -1,7 +1,9 @@
-"""RPC plumbing shared by every Arrow Flight service (tablet servers, master, driver session).
+"""RPC plumbing for the project's Arrow Flight services.
 
-:mod:`pyspark_kudu.rpc.auth` holds the one authentication scheme: a mutual HMAC-SHA256
-challenge-response handshake, then a fresh, single-use MAC token on every call.
+:mod:`pyspark_kudu.rpc.auth` holds the authentication scheme: a mutual HMAC-SHA256
+challenge-response handshake, then a fresh, single-use MAC token on every call. The resident
+tablet servers use it today; the master (a bearer token) and the driver's session service
+(a secret over plain TCP) are still to move onto it.
 """
 
 from __future__ import annotations

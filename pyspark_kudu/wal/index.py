@@ -18,7 +18,7 @@ from __future__ import annotations
 from array import array
 from typing import NamedTuple
 
-from pyspark_kudu.errors import UnavailableError
+from pyspark_kudu.errors import EntryUnavailableError
 
 __all__ = ["Location", "LogIndex"]
 
@@ -108,7 +108,7 @@ class LogIndex:
     def location(self, index: int) -> Location:
         k = index - self._first
         if k < 0 or k >= len(self._terms):
-            raise UnavailableError(
+            raise EntryUnavailableError(
                 f"log index {index} is not in the WAL (it holds {self._first}..{self.last})"
             )
         return Location(self._terms[k], self._seqs[k], self._offsets[k], self._sizes[k])

@@ -39,12 +39,12 @@ from pyspark_kudu.consensus.messages import Entry
 from pyspark_kudu.errors import (
     CompactedError,
     CorruptionError,
+    EntryUnavailableError,
     IllegalStateError,
     InvalidArgumentError,
     IOError_,
     KuduError,
     NotSupportedError,
-    UnavailableError,
 )
 from pyspark_kudu.fileio import FileIO
 from pyspark_kudu.wal.format import (
@@ -252,7 +252,7 @@ class Log:
 
         Raises:
             CompactedError: ``lo`` is below the first index (garbage-collected).
-            UnavailableError: ``hi - 1`` is beyond the last index.
+            EntryUnavailableError: ``hi - 1`` is beyond the last index.
             CorruptionError: a frame no longer passes its checksum.
         """
         with self._lock:
@@ -450,7 +450,7 @@ class Log:
                 f"{self._index.first})"
             )
         if hi - 1 > self._index.last:
-            raise UnavailableError(
+            raise EntryUnavailableError(
                 f"WAL entries up to index {hi - 1} requested, but the log ends at "
                 f"{self._index.last}"
             )

@@ -44,12 +44,12 @@ from pyspark_kudu.consensus.messages import ConfState, Entry, HardState, Snapsho
 from pyspark_kudu.errors import (
     CompactedError,
     CorruptionError,
+    EntryUnavailableError,
     IllegalStateError,
     InvalidArgumentError,
     IOError_,
     KuduError,
     NotSupportedError,
-    UnavailableError,
 )
 from pyspark_kudu.fileio import FileIO
 from pyspark_kudu.wal.format import parse_segment_name
@@ -138,7 +138,7 @@ class WalStorage:
                 raise CompactedError(
                     f"entries from index {lo} were compacted (snapshot at {offset})")
             if hi > self._last() + 1:
-                raise UnavailableError(
+                raise EntryUnavailableError(
                     f"entries up to index {hi - 1} requested, but the log ends at {self._last()}"
                 )
             if lo >= hi:
@@ -153,7 +153,7 @@ class WalStorage:
                 raise CompactedError(
                     f"term of index {index} was compacted (snapshot at {offset})")
             if index > self._last():
-                raise UnavailableError(
+                raise EntryUnavailableError(
                     f"index {index} is beyond the last index {self._last()}")
             if index == offset:
                 return self._meta.log_start_term

@@ -60,7 +60,7 @@ def test_cluster_ksck_shows_the_racks_and_zero_violations(
         report = json.loads(_ksck(racked_master, "json").stdout)
         # Each tablet server's address is its host's resident tablet server, which answers.
         for ts in report["tservers"]:
-            host, _, port = ts["Address"].rpartition(":")
+            _, _, port = ts["Address"].rpartition(":")
             assert port.isdigit() and int(port) > 0, ts
             assert ping(ts["Address"], kudu._secret.encode())["address"] == ts["Address"]
         listed = subprocess.run(

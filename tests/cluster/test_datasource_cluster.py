@@ -249,3 +249,59 @@ def test_a_tablet_with_no_reachable_replica_fails_naming_each_replica(
     # With the roots back, the same read succeeds.
     assert_df_equality(load(cluster_spark, "lost"), expected(cluster_spark, ROWS[:10]),
                        ignore_row_order=True, ignore_metadata=True)
+
+
+def test_an_executor_killed_mid_scan_is_retried_and_every_row_comes_back_once(
+    cluster_spark: SparkSession, standalone_cluster: StandaloneCluster, kudu: KuduContext,
+    tmp_path: Path,
+) -> None:
+    """The scan task's own executor is SIGKILLed after its scanner returned a first batch:
+    Spark runs the task again elsewhere and the result has every row exactly once. (Last in
+    this module: the lost executor is replaced before it returns.)"""
+    from pyspark_kudu.spark.pinned import executor_hosts
+    from pyspark_kudu.tools.faults.inject import executor_pids
+
+    kudu.create_table("killed", STRUCT, keys=["id"],
+                      partitioning=PartitionSchema((HashDimension(("id",), 2),)))
+    kudu.upsert_rows(cluster_spark.createDataFrame(ROWS, STRUCT), "killed")
+    marks = tmp_path
+
+    def hold_first_batch(batches: Iterator[Any]) -> Iterator[Any]:
+        import time
+
+        for k, batch in enumerate(batches):
+            if k == 0 and not (marks / "go").exists():
+                (marks / f"scanning-{current_host()}").touch()
+                end = time.monotonic() + 180
+                while not (marks / "go").exists() and time.monotonic() < end:
+                    time.sleep(0.05)  # the task holds its open scan until the kill
+            yield batch
+
+    got: list[Any] = []
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            got.extend(load(cluster_spark, "killed").mapInArrow(hold_first_batch, STRUCT)
+                       .collect())
+        except BaseException as e:  # reported by the assertion below
+            failure.append(e)
+
+    reader = threading.Thread(target=run, daemon=True)
+    reader.start()
+    scanning = wait_until(lambda: sorted(marks.glob("scanning-*")), 120,
+                          "a scan task holding its first batch")
+    host = scanning[0].name.removeprefix("scanning-")
+    pids = executor_pids(standalone_cluster, host)
+    assert pids, f"no executor JVM found on {host}"
+    for pid in pids:
+        os.kill(pid, 9)
+    wait_until(lambda: host not in executor_hosts(cluster_spark.sparkContext), 60,
+               f"the driver noticing the lost executor on {host}")
+    (marks / "go").touch()
+    reader.join(timeout=300)
+    assert not reader.is_alive(), "the read did not finish after the kill"
+    assert not failure, f"the read failed: {failure[0]!r}"
+    assert sorted(tuple(r) for r in got) == ROWS  # every row, none twice
+    wait_until(lambda: host in executor_hosts(cluster_spark.sparkContext), 120,
+               f"a new executor on {host}")

@@ -22,9 +22,10 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+from pyspark_kudu.errors import FencedError
 from pyspark_kudu.master.localcluster import MasterProcessCluster
 from pyspark_kudu.spark.api.context import KuduContext
-from pyspark_kudu.spark.replication.tablet_leader import FencedError, TabletLeader
+from pyspark_kudu.spark.replication.tablet_leader import TabletLeader
 from pyspark_kudu.testing.cluster import StandaloneCluster
 
 REPO = Path(__file__).resolve().parents[2]

@@ -28,14 +28,13 @@ from pyspark.sql.types import (
 )
 
 from pyspark_kudu.consensus.messages import EntryType
-from pyspark_kudu.errors import InvalidArgumentError, RowWriteError
+from pyspark_kudu.errors import FencedError, InvalidArgumentError, RowWriteError
 from pyspark_kudu.master.localcluster import free_ports
 from pyspark_kudu.master.replica import ReplicaOptions
 from pyspark_kudu.master.server import MasterServer, MasterServerConfig
 from pyspark_kudu.partitioning import HashDimension, PartitionSchema
 from pyspark_kudu.spark.api.context import KuduContext
 from pyspark_kudu.spark.host.handlers import replica_storage
-from pyspark_kudu.spark.replication.tablet_leader import FencedError
 from pyspark_kudu.tablet.ops import decode_write_batch
 
 STRUCT = StructType([StructField("id", LongType(), False), StructField("v", StringType(), True)])

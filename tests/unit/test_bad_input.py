@@ -32,16 +32,16 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from pyspark_kudu.errors import InvalidArgumentError
+from pyspark_kudu.errors import (
+    InvalidArgumentError,
+    LocationMappingError,
+    LocationMappingTimedOutError,
+)
 from pyspark_kudu.master.client import MasterClient
 from pyspark_kudu.master.embedded import EmbeddedMaster
 from pyspark_kudu.master.entities import TServerMeta
 from pyspark_kudu.master.localcluster import free_ports
-from pyspark_kudu.master.locations import (
-    MAX_LOCATION_LENGTH,
-    LocationMappingError,
-    LocationMappingTimedOutError,
-)
+from pyspark_kudu.master.locations import MAX_LOCATION_LENGTH
 from pyspark_kudu.master.replica import ReplicaOptions
 from pyspark_kudu.schema import ColumnSchema, Schema
 from pyspark_kudu.tablet import OpType, Tablet, encode_write_batch

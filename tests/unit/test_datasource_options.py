@@ -160,13 +160,12 @@ def test_parse_bool_accepts_only_true_and_false() -> None:
 
 def test_read_defaults_and_values() -> None:
     r = parse_read_options(opts())
-    assert (r.scan_locality, r.snapshot_index, r.fault_tolerant, r.split_size_bytes,
-            r.batch_size) == ("closest_replica", None, False, None, DEFAULT_BATCH_SIZE)
+    assert (r.scan_locality, r.snapshot_index, r.fault_tolerant, r.batch_size) == (
+        "closest_replica", None, False, DEFAULT_BATCH_SIZE)
     r = parse_read_options(opts(**{
         "kudu.scanLocality": "LEADER_ONLY", "kudu.snapshotIndex": "12",
-        "kudu.faultTolerantScan": "true", "kudu.splitSizeBytes": "1048576"}))
-    assert (r.scan_locality, r.snapshot_index, r.fault_tolerant, r.split_size_bytes) == (
-        "leader_only", 12, True, 1048576)
+        "kudu.faultTolerantScan": "true"}))
+    assert (r.scan_locality, r.snapshot_index, r.fault_tolerant) == ("leader_only", 12, True)
     assert r.read_mode == "read_latest"
     assert parse_read_options(opts(**{"kudu.readMode": " Linearizable"})).read_mode == (
         "linearizable")
@@ -183,8 +182,12 @@ def test_bad_read_options_are_refused() -> None:
     for clash in ({"kudu.snapshotIndex": "3"}, {"kudu.faultTolerantScan": "true"}):
         with pytest.raises(InvalidArgumentError, match="cannot be combined"):
             parse_read_options(opts(**{"kudu.readMode": "linearizable", **clash}))
-    with pytest.raises(InvalidArgumentError, match=re.escape("kudu.splitSizeBytes must be >= 1")):
-        parse_read_options(opts(**{"kudu.splitSizeBytes": "0"}))
+    # Accepted, it would change nothing: a scan is one partition per tablet.
+    for size in ("1048576", "0"):
+        with pytest.raises(NotSupportedError, match=re.escape(
+                f"kudu.splitSizeBytes={size} is not supported: scans are one Spark partition "
+                f"per tablet, and splitting a tablet by size is not supported yet")):
+            parse_read_options(opts(**{"kudu.SPLITSIZEBYTES": size}))
     with pytest.raises(InvalidArgumentError, match=re.escape(MISSING_TABLE_MESSAGE)):
         parse_read_options({})
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -47,23 +48,29 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
+from pyspark import SparkConf
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from pyspark_kudu.errors import (
+    FencedError,
     InvalidArgumentError,
     KuduError,
+    LocationMappingError,
     NotFoundError,
     NotLeaderError,
+    RoundFailedError,
     RowWriteError,
     ServiceUnavailableError,
+    SessionUnreachableError,
     TimedOutError,
 )
 from pyspark_kudu.master.client import MasterClient, TableLocations
 from pyspark_kudu.master.embedded import EmbeddedMaster
-from pyspark_kudu.master.locations import DEFAULT_MAPPING_TIMEOUT_S, LocationMappingError
+from pyspark_kudu.master.locations import DEFAULT_MAPPING_TIMEOUT_S
 from pyspark_kudu.master.records import TabletReport
 from pyspark_kudu.partitioning import Partitioner, PartitionSchema
 from pyspark_kudu.rpc.auth import SECRET_ENV, new_secret
@@ -71,7 +78,7 @@ from pyspark_kudu.schema import Predicate, Schema
 from pyspark_kudu.spark.api import scan
 from pyspark_kudu.spark.api.registration import register
 from pyspark_kudu.spark.api.session_service import FILTER_PUSHDOWN_CONF
-from pyspark_kudu.spark.api.source_options import OPERATIONS, check_write_columns
+from pyspark_kudu.spark.api.source_options import OPERATIONS, check_write_columns, parse_bool
 from pyspark_kudu.spark.healing.healer import Healer
 from pyspark_kudu.spark.healing.liveness import LivenessReporter
 from pyspark_kudu.spark.healing.replica_management import ReplicaManagement, delete_replicas_task
@@ -83,6 +90,8 @@ from pyspark_kudu.spark.host.dataplane import (
 )
 from pyspark_kudu.spark.host.handlers import PeerRequest, RequestKind
 from pyspark_kudu.spark.host.identity import (
+    CONF_DATA_ROOT_ENV,
+    DATA_ROOT_CONF,
     TabletServerInfo,
     ensure_instance,
     local_data_root,
@@ -97,11 +106,9 @@ from pyspark_kudu.spark.replication.lease_keeper import (
     by_holder,
 )
 from pyspark_kudu.spark.replication.multitablet import elect_all
-from pyspark_kudu.spark.replication.peer_transport import FencedError, RoundFailedError
 from pyspark_kudu.spark.replication.session_client import (
     SessionAddress,
     SessionClient,
-    SessionUnreachableError,
     TableInfo,
     TabletInfo,
 )
@@ -133,6 +140,8 @@ HEAL_MAX_MOVES_CONF = "spark.kudu.heal.maxMoves"
 FAILED_AFTER_CONF = "spark.kudu.followerUnavailableConsideredFailedSec"
 AUTO_REBALANCE_CONF = "spark.kudu.autoRebalance"
 ROUND_TIMEOUT_CONF = "spark.kudu.roundTimeoutSec"
+LOCATION_MAPPING_CMD_CONF = "spark.kudu.locationMappingCmd"
+LOCATION_MAPPING_TIMEOUT_CONF = "spark.kudu.locationMappingTimeoutSec"
 _MAX_BATCH_ROWS = 65536
 
 
@@ -206,46 +215,84 @@ class KuduContext(ReplicaManagement):
                  warehouse: str | None = None, local_tablet_servers: int = 3,
                  wal_options: WalOptions | None = None,
                  location_mapping_cmd: str | None = None,
-                 location_mapping_timeout_s: float = DEFAULT_MAPPING_TIMEOUT_S,
+                 location_mapping_timeout_s: float | None = None,
                  heal: bool | None = None,
                  heal_interval_s: float | None = None,
                  failed_after_s: float | None = None,
                  round_timeout_s: float | None = None,
                  lease_s: float | None = None) -> None:
-        """``heal``, ``heal_interval_s``, ``failed_after_s`` (the embedded master's
-        ``follower_unavailable_considered_failed_sec``), ``round_timeout_s`` (a
-        replication round's Spark job is cancelled after it,
-        :mod:`~pyspark_kudu.spark.replication.spark_rounds`) and
-        ``lease_s`` (tablet leadership leases, :mod:`~pyspark_kudu.spark.replication.lease_keeper`;
-        0: none, every writer
-        elects itself and fences the others) override the ``spark.kudu.heal.*``,
-        ``spark.kudu.followerUnavailableConsideredFailedSec``,
-        ``spark.kudu.roundTimeoutSec`` and ``spark.kudu.leaderLeaseSec`` settings."""
-        self.spark = spark
+        """Connect to the master, discover and register the tablet servers, start the
+        services. Each setting is the argument if given, else its Spark setting if set, else
+        its default; a value that cannot be honoured is refused, never replaced:
+
+        - ``location_mapping_cmd`` / ``spark.kudu.locationMappingCmd`` (default none) and
+          ``location_mapping_timeout_s`` / ``spark.kudu.locationMappingTimeoutSec`` (default
+          10 s): the embedded master's location mapping
+          (:mod:`~pyspark_kudu.master.locations`);
+        - ``failed_after_s`` / ``spark.kudu.followerUnavailableConsideredFailedSec`` (default
+          300 s): the embedded master's ``follower_unavailable_considered_failed_sec``;
+        - ``heal`` / ``spark.kudu.heal.enabled`` (default true), ``heal_interval_s`` /
+          ``spark.kudu.heal.intervalSec`` (default 5 s), ``spark.kudu.heal.maxMoves``
+          (default 4) and ``spark.kudu.autoRebalance`` (default false): the healer;
+        - ``round_timeout_s`` / ``spark.kudu.roundTimeoutSec`` (default 300 s): a replication
+          round's Spark job is cancelled after it
+          (:mod:`~pyspark_kudu.spark.replication.spark_rounds`);
+        - ``lease_s`` / ``spark.kudu.leaderLeaseSec`` (default 10 s): tablet leadership leases
+          (:mod:`~pyspark_kudu.spark.replication.lease_keeper`); 0: none, every writer elects
+          itself and fences the others;
+        - ``spark.kudu.heartbeatIntervalSec`` (default 1 s): tablet-server liveness.
+
+        Raises:
+            InvalidArgumentError: a setting of the embedded master with ``master=`` (a
+                standalone master takes it on its own command line); a timeout, interval or
+                count that is zero (except ``lease_s``), negative or not a number; on a
+                cluster, an executor host with neither ``PYSPARK_KUDU_DATA_ROOT`` nor
+                ``spark.kudu.dataRoot`` (refused before anything is written there).
+        """
         sc = spark.sparkContext
-        conf_wh = sc.getConf().get(WAREHOUSE_CONF, None)
-        self.warehouse = os.path.abspath(warehouse or conf_wh or "kudu-warehouse")
-        self._embedded: EmbeddedMaster | None = None
         conf = sc.getConf()
+        # Every setting is checked before anything starts: a refused one leaves nothing behind.
+        embedded_kwargs = _embedded_master_settings(
+            conf, master, location_mapping_cmd, location_mapping_timeout_s, failed_after_s)
+        round_timeout = _seconds(conf, ROUND_TIMEOUT_CONF, DEFAULT_ROUND_TIMEOUT_S,
+                                 "round_timeout_s", round_timeout_s)
+        lease_ttl = _seconds(conf, LEASE_CONF, DEFAULT_LEASE_S, "lease_s", lease_s,
+                             zero_ok=True)
+        heal_interval = _seconds(conf, HEAL_INTERVAL_CONF, 5.0, "heal_interval_s",
+                                 heal_interval_s)
+        heartbeat = _seconds(conf, HEARTBEAT_CONF, 1.0)
+        max_moves = _heal_max_moves(conf)
+        rebalance = parse_bool(AUTO_REBALANCE_CONF, conf.get(AUTO_REBALANCE_CONF, None))
+        if heal is None:
+            heal = parse_bool(HEAL_ENABLED_CONF, conf.get(HEAL_ENABLED_CONF, None), default=True)
+
+        self.spark = spark
+        conf_wh = conf.get(WAREHOUSE_CONF, None)
+        self.warehouse = os.path.abspath(warehouse or conf_wh or "kudu-warehouse")
+        self._local = (sc.master or "").startswith("local")
+        self._data_root_conf = conf.get(DATA_ROOT_CONF, None)
+        self._secret = _cluster_secret(spark)
+        self._executors: dict[str, list[str]] = {}
+        # Discovery before the master: a host without a data root is refused before an
+        # embedded master writes its catalog (and is left running).
+        try:
+            self.servers = self._discover(local_tablet_servers)
+        except KuduError:
+            raise
+        except Exception as e:  # a discovery task failed; Spark wraps its error
+            usage = _task_usage_error(e)
+            if usage is None:
+                raise
+            raise usage from None
+        self._embedded: EmbeddedMaster | None = None
         if master is None:
-            self._embedded = EmbeddedMaster(
-                self.warehouse, 1, location_mapping_cmd=location_mapping_cmd,
-                location_mapping_timeout_s=location_mapping_timeout_s,
-                follower_unavailable_considered_failed_s=failed_after_s or float(
-                    conf.get(FAILED_AFTER_CONF, "300") or 300))
+            self._embedded = EmbeddedMaster(self.warehouse, 1, **embedded_kwargs)
             self.master: MasterClient = self._embedded.client()
         else:
             self.master = MasterClient(master)
-        self._local = (sc.master or "").startswith("local")
-        self._secret = _cluster_secret(spark)
-        self._executors: dict[str, list[str]] = {}
-        self.servers = self._discover(local_tablet_servers)
         self._register()
-        self.transport = SparkTransport(
-            sc, self.servers, wal_options,
-            round_timeout_s=round_timeout_s or float(
-                conf.get(ROUND_TIMEOUT_CONF, str(DEFAULT_ROUND_TIMEOUT_S))
-                or DEFAULT_ROUND_TIMEOUT_S))
+        self.transport = SparkTransport(sc, self.servers, wal_options,
+                                        round_timeout_s=round_timeout)
         self._service = ReplicationService(self.transport)
         self._janitor = StagingJanitor(sc, [s.host for s in self.servers],
                                        self.warehouse if self._local else None)
@@ -253,24 +300,17 @@ class KuduContext(ReplicaManagement):
         self._failed_reported: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
         self._closed = False
-        interval = float(sc.getConf().get(HEARTBEAT_CONF, "1.0") or 1.0)
         self.liveness = LivenessReporter(
             self.master, [s.meta() for s in self.servers],
-            self._live_hosts, interval_s=interval).start()
+            self._live_hosts, interval_s=heartbeat).start()
         # format("kudu") for this session: a loopback service its data source calls.
         self.session_service = register(self)
         self.client_id = uuid.uuid4().hex[:16]
         self.leases = LeaseKeeper(
-            self.master, self.client_id, self.session_service.address,
-            ttl_s=lease_s if lease_s is not None else float(
-                conf.get(LEASE_CONF, str(DEFAULT_LEASE_S)) or DEFAULT_LEASE_S),
+            self.master, self.client_id, self.session_service.address, ttl_s=lease_ttl,
             alive=lambda: sc._jsc is not None)
-        self.healer = Healer(
-            self, interval_s=heal_interval_s or float(conf.get(HEAL_INTERVAL_CONF, "5") or 5),
-            max_moves=int(conf.get(HEAL_MAX_MOVES_CONF, "4") or 4),
-            rebalance=(conf.get(AUTO_REBALANCE_CONF, "false") or "false").lower() == "true")
-        if heal is None:
-            heal = (conf.get(HEAL_ENABLED_CONF, "true") or "true").lower() != "false"
+        self.healer = Healer(self, interval_s=heal_interval, max_moves=max_moves,
+                             rebalance=rebalance)
         if heal:
             self.healer.start()
 
@@ -324,8 +364,10 @@ class KuduContext(ReplicaManagement):
 
     def _discover_hosts(self, hosts: Sequence[str]) -> list[TabletServerLocation]:
         found = pinned_rdd(self.spark.sparkContext, [(h, [h]) for h in hosts]).map(
-            _identify).collect()
-        return [TabletServerLocation(i.uuid, i.host, None, a) for i, a in found]
+            partial(_identify, conf_root=self._data_root_conf)).collect()
+        out = [TabletServerLocation(i.uuid, i.host, None, a) for i, a in found]
+        _warn_without_server(out)
+        return out
 
     def refresh_servers(self) -> None:
         """Learn the new tablet server address of every host whose executor was replaced
@@ -871,9 +913,13 @@ class KuduContext(ReplicaManagement):
             return reported_leader, reported_commit
         return reported_leader, None
 
-def _identify(_: object) -> tuple[TabletServerInfo, str]:
-    """Executor side of discovery: this host's tablet server and its resident server."""
-    return ensure_instance(local_data_root()), os.environ.get(ADDRESS_ENV, "")
+def _identify(_: object, conf_root: str | None = None) -> tuple[TabletServerInfo, str]:
+    """Executor side of discovery on a cluster: this host's tablet server and its resident
+    server. The data root is the host's ``PYSPARK_KUDU_DATA_ROOT``, else ``conf_root`` (the
+    application's ``spark.kudu.dataRoot``); never the local-mode default, which is refused
+    before anything is written (:func:`~pyspark_kudu.spark.host.identity.local_data_root`)."""
+    root = local_data_root(None, conf_root, cluster=True)
+    return ensure_instance(root), os.environ.get(ADDRESS_ENV, "")
 
 
 def _resident_address(_: object) -> str:
@@ -890,5 +936,129 @@ def _cluster_secret(spark: SparkSession) -> str:
     env = spark.sparkContext.environment
     secret = env.get(SECRET_ENV) or os.environ.get(SECRET_ENV) or new_secret()
     env[SECRET_ENV] = secret
+    # spark.kudu.dataRoot reaches every task (writes, copies, scans) and the resident
+    # servers the same way (identity.CONF_DATA_ROOT_ENV).
+    conf_root = spark.sparkContext.getConf().get(DATA_ROOT_CONF, None)
+    if conf_root:
+        env[CONF_DATA_ROOT_ENV] = conf_root
     return secret
 
+
+# -- settings ------------------------------------------------------------------------------
+
+# The embedded master's settings, each with the flag of `pyspark-kudu master run` that sets
+# it on a standalone master (pyspark_kudu/tools/cli.py).
+_MAPPING_CMD_FLAG = "--location-mapping-cmd"
+_MAPPING_TIMEOUT_FLAG = "--location-mapping-timeout-s"
+_FAILED_AFTER_FLAG = "--follower-unavailable-considered-failed-sec"
+
+
+def _embedded_master_settings(conf: SparkConf, master: str | None, cmd: str | None,
+                              timeout_s: float | None, failed_after_s: float | None
+                              ) -> dict[str, Any]:
+    """The keyword arguments of the embedded :class:`EmbeddedMaster` (``master`` None).
+
+    Raises:
+        InvalidArgumentError: with a standalone ``master``, any of these settings given as
+            an argument or a Spark setting (the standalone master would never see it); an
+            invalid timeout.
+    """
+    if master is not None:
+        has = conf.contains
+        given = [(name, flag) for name, flag, is_set in (
+            ("location_mapping_cmd", _MAPPING_CMD_FLAG, cmd is not None),
+            ("location_mapping_timeout_s", _MAPPING_TIMEOUT_FLAG, timeout_s is not None),
+            ("failed_after_s", _FAILED_AFTER_FLAG, failed_after_s is not None),
+            (LOCATION_MAPPING_CMD_CONF, _MAPPING_CMD_FLAG, has(LOCATION_MAPPING_CMD_CONF)),
+            (LOCATION_MAPPING_TIMEOUT_CONF, _MAPPING_TIMEOUT_FLAG,
+             has(LOCATION_MAPPING_TIMEOUT_CONF)),
+            (FAILED_AFTER_CONF, _FAILED_AFTER_FLAG, has(FAILED_AFTER_CONF)),
+        ) if is_set]
+        if given:
+            flags = " ".join(dict.fromkeys(f"{f} ..." for _, f in given))
+            raise InvalidArgumentError(
+                f"{', '.join(n for n, _ in given)}: setting(s) of the embedded master, but this "
+                f"KuduContext uses the standalone masters {master}, which never see them; a "
+                f"standalone master takes them on its own command line (pyspark-kudu master run "
+                f"{flags}, or its --conf file): drop them here")
+        return {}
+    return {
+        "location_mapping_cmd": cmd if cmd is not None else conf.get(
+            LOCATION_MAPPING_CMD_CONF, None),
+        "location_mapping_timeout_s": _seconds(conf, LOCATION_MAPPING_TIMEOUT_CONF,
+                                               DEFAULT_MAPPING_TIMEOUT_S,
+                                               "location_mapping_timeout_s", timeout_s),
+        "follower_unavailable_considered_failed_s": _seconds(
+            conf, FAILED_AFTER_CONF, 300.0, "failed_after_s", failed_after_s),
+    }
+
+
+def _seconds(conf: SparkConf, key: str, default: float, arg_name: str = "",
+             arg: float | None = None, *, zero_ok: bool = False) -> float:
+    """A timeout or interval: the argument ``arg_name`` if given (not None), else the Spark
+    setting ``key`` if set, else ``default``.
+
+    Raises:
+        InvalidArgumentError: the value is zero (unless ``zero_ok``: 0 means something, as
+            no leases), negative or not a finite number; naming the argument or setting.
+            A 0 is refused rather than replaced by the default, which would ignore it.
+    """
+    source: str
+    if arg is not None:
+        source, value = arg_name, float(arg)
+    else:
+        raw = conf.get(key, None)
+        if raw is None:
+            return default
+        source = key
+        try:
+            value = float(raw)
+        except ValueError:
+            raise InvalidArgumentError(
+                f"{key}={raw!r} is not a number of seconds (default {default:g})") from None
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+        least = "0 or more" if zero_ok else "more than 0"
+        raise InvalidArgumentError(
+            f"{source}={value:g} is not usable: it must be {least} seconds "
+            f"(default {default:g})")
+    return value
+
+
+def _heal_max_moves(conf: SparkConf, default: int = 4) -> int:
+    """``spark.kudu.heal.maxMoves``, else ``default``.
+
+    Raises:
+        InvalidArgumentError: not an integer, or less than 1: a healer allowed no move would
+            quietly never heal (``spark.kudu.heal.enabled=false`` says so instead).
+    """
+    raw = conf.get(HEAL_MAX_MOVES_CONF, None)
+    if raw is None:
+        return default
+    try:
+        n = int(raw)
+    except ValueError:
+        raise InvalidArgumentError(
+            f"{HEAL_MAX_MOVES_CONF}={raw!r} is not an integer (default {default})") from None
+    if n < 1:
+        raise InvalidArgumentError(
+            f"{HEAL_MAX_MOVES_CONF}={n} is not usable: it must be 1 or more (default "
+            f"{default}); to stop healing set {HEAL_ENABLED_CONF}=false")
+    return n
+
+
+def _task_usage_error(e: Exception) -> InvalidArgumentError | None:
+    """The InvalidArgumentError a Spark task raised (a misconfigured host), out of the error
+    Spark wraps it in; None if the task failed otherwise."""
+    cause = root_cause(str(e))
+    prefix = "InvalidArgumentError: "
+    return InvalidArgumentError(cause.removeprefix(prefix)) if cause.startswith(prefix) else None
+
+
+def _warn_without_server(servers: Sequence[TabletServerLocation]) -> None:
+    missing = sorted(s.host for s in servers if not s.address)
+    if missing:
+        _log.warning(
+            "no resident tablet server on %s: scan tasks on other hosts cannot read the "
+            "replicas there (they read other replicas instead). Start sessions with "
+            "spark.python.daemon.module=pyspark_kudu.spark.host.daemon (SESSION_CONF)",
+            ", ".join(missing))

@@ -47,10 +47,10 @@ Known limits: save mode ``append`` only (Spark refuses ``errorifexists``/``ignor
 Python sources; ``overwrite`` and streaming ``complete`` mode are refused here: Kudu tables
 are not truncated by a write, as in kudu-spark). ``kudu.repartition`` has no effect on
 ``format("kudu")`` writes (the writer receives the partitions as Spark planned them; it
-works in ``KuduContext.write``). ``kudu.splitSizeBytes`` does not split tablets (why: see
-:mod:`~pyspark_kudu.spark.api.source_options`). Spark does not push column pruning into Python
-sources: every column is scanned unless the reader is given a narrower schema
-(``spark.read.schema(...)``).
+works in ``KuduContext.write``). ``kudu.splitSizeBytes`` is refused: a scan is one partition
+per tablet (why: see :mod:`~pyspark_kudu.spark.api.source_options`). Spark does not push
+column pruning into Python sources: every column is scanned unless the reader is given a
+narrower schema (``spark.read.schema(...)``).
 ``kudu.ignoreNull=true`` stages one batch per (null pattern, tablet) of each Arrow batch
 (:func:`without_null_values`): correct, but many small batches when nulls are scattered.
 

@@ -19,29 +19,55 @@ Thread-safety: functions only; planning reads the context's leaders under its lo
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pyarrow as pa
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from pyspark_kudu.errors import InvalidArgumentError, ServiceUnavailableError
+from pyspark_kudu.master.client import MasterClient
 from pyspark_kudu.master.entities import MemberType
 from pyspark_kudu.partitioning import Partitioner, PartitionSchema
 from pyspark_kudu.schema import Predicate, Schema
 from pyspark_kudu.spark.host.replica_reader import ReplicaChoice, TabletScan, read_tablet
 from pyspark_kudu.spark.pinned import pinned_rdd
+from pyspark_kudu.spark.replication.spark_rounds import SparkTransport, TabletServerLocation
 
-if TYPE_CHECKING:  # pragma: no cover - the context imports this module
-    from pyspark_kudu.spark.api.context import KuduContext
-
-__all__ = ["LOCALITIES", "READ_MODES", "out_schema_to_spark", "read_table", "scan_tokens"]
+__all__ = ["LOCALITIES", "READ_MODES", "ScanClient", "out_schema_to_spark", "read_table",
+           "scan_tokens"]
 
 LOCALITIES = ("closest_replica", "leader_only")
 READ_MODES = ("read_latest", "linearizable")
 
 
-def read_table(kudu: KuduContext, name: str, columns: Sequence[str] | None,
+class ScanClient(Protocol):
+    """What planning a read needs of the client (a ``KuduContext`` is one)."""
+
+    @property
+    def spark(self) -> SparkSession: ...
+
+    @property
+    def master(self) -> MasterClient: ...
+
+    @property
+    def servers(self) -> list[TabletServerLocation]: ...
+
+    @property
+    def transport(self) -> SparkTransport: ...
+
+    def refresh_servers(self) -> None: ...
+
+    def server_locations(self) -> dict[str, str | None]: ...
+
+    def read_points(self, table: str, tablet_ids: Sequence[str], *, forwarded: bool = False
+                    ) -> dict[str, tuple[str, int]]: ...
+
+    def known_commit(self, tablet_id: str, reported_leader: str, reported_commit: int
+                     ) -> tuple[str, int | None]: ...
+
+
+def read_table(kudu: ScanClient, name: str, columns: Sequence[str] | None,
                predicates: Sequence[Predicate], snapshot: int | None, locality: str,
                read_mode: str) -> DataFrame:
     """See :meth:`KuduContext.read_table`."""
@@ -56,7 +82,7 @@ def read_table(kudu: KuduContext, name: str, columns: Sequence[str] | None,
     return raw.mapInArrow(_decoder(out_schema), spark_schema)
 
 
-def scan_tokens(kudu: KuduContext, name: str, columns: Sequence[str] | None,
+def scan_tokens(kudu: ScanClient, name: str, columns: Sequence[str] | None,
                 predicates: Sequence[Predicate], snapshot: int | None, locality: str,
                 read_mode: str) -> tuple[list[TabletScan], pa.Schema, Schema]:
     """One scan token per tablet left after pruning, the projection's Arrow schema and the
@@ -91,7 +117,7 @@ def scan_tokens(kudu: KuduContext, name: str, columns: Sequence[str] | None,
                              address, where.get(ts))
 
     pruned = partitioner.prune(predicates)
-    points = (kudu._read_points(locs, [locs.tablets[p].tablet_id for p in pruned])
+    points = (kudu.read_points(name, [locs.tablets[p].tablet_id for p in pruned])
               if read_mode == "linearizable" else {})
     tokens: list[TabletScan] = []
     for pidx in pruned:

@@ -40,15 +40,16 @@ Decisions (DESIGN §6: names and defaults follow kudu-spark):
   tablet, and each scan task reads the leader replica up to it (every write acknowledged
   before the query was planned, by any writer, is visible). Not combinable with
   ``kudu.snapshotIndex`` or ``kudu.faultTolerantScan``; ``kudu.scanLocality`` does not apply.
-- ``kudu.splitSizeBytes``: validated, but scans stay one Spark partition per tablet. Kudu
-  splits a tablet by asking its tablet server for key ranges of about that size
-  (``SplitKeyRange``, computed from rowset statistics) while the scan is planned. Here a
-  tablet server is a data root that only Spark tasks on its host touch, and ``partitions()``
-  runs in a Python worker on the driver host with no SparkContext, so planning cannot run a
-  task on a replica's host to ask. Deriving the ranges inside the scan tasks instead would
-  need every task of a tablet to compute the same bounds, but the tasks may read different
-  replicas, whose rowset layouts differ (each flushes and compacts on its own), so rows
-  could be read twice or not at all.
+- ``kudu.splitSizeBytes``: refused (NotSupported), since scans are one Spark partition per
+  tablet and an option accepted without effect would mislead. Kudu splits a tablet by asking
+  its tablet server for key ranges of about that size (``SplitKeyRange``, computed from
+  rowset statistics) while the scan is planned. Here a tablet server is a data root that
+  only Spark tasks on its host touch, and ``partitions()`` runs in a Python worker on the
+  driver host with no SparkContext, so planning cannot run a task on a replica's host to
+  ask. Deriving the ranges inside the scan tasks instead would need every task of a tablet
+  to compute the same bounds, but the tasks may read different replicas, whose rowset
+  layouts differ (each flushes and compacts on its own), so rows could be read twice or not
+  at all.
 - ``kudu.master``: only the master of the session that registered the source is supported.
 
 Filters (``pushFilters``): ``EqualTo``, ``GreaterThan(OrEqual)``, ``LessThan(OrEqual)``,
@@ -162,7 +163,6 @@ class ReadOptions:
     scan_locality: str = "closest_replica"
     snapshot_index: int | None = None
     fault_tolerant: bool = False
-    split_size_bytes: int | None = None
     batch_size: int = DEFAULT_BATCH_SIZE
     read_mode: str = "read_latest"
 
@@ -263,10 +263,17 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
     Raises:
         InvalidArgumentError: missing ``kudu.table``, an unknown ``kudu.*`` option or a
             malformed value.
-        NotSupportedError: ``kudu.snapshotTimestampMicros`` (use ``kudu.snapshotIndex``).
+        NotSupportedError: ``kudu.snapshotTimestampMicros`` (use ``kudu.snapshotIndex``);
+            ``kudu.splitSizeBytes`` (one partition per tablet).
     """
     _check_known(options)
     table = _table(options)
+    split = _get(options, "kudu.splitSizeBytes")
+    if split is not None:
+        raise NotSupportedError(
+            f"kudu.splitSizeBytes={split} is not supported: scans are one Spark partition per "
+            f"tablet, and splitting a tablet by size is not supported yet; drop the option "
+            f"(partitioning the table into more tablets gives more scan partitions)")
     if _get(options, "kudu.snapshotTimestampMicros") is not None:
         raise NotSupportedError(
             "kudu.snapshotTimestampMicros is not supported: pyspark-kudu snapshots are Raft "
@@ -292,8 +299,6 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
     return ReadOptions(
         table=table, master=_master(options), scan_locality=locality,
         snapshot_index=snapshot_index, fault_tolerant=fault_tolerant, read_mode=mode,
-        split_size_bytes=_parse_int("kudu.splitSizeBytes",
-                                    _get(options, "kudu.splitSizeBytes"), minimum=1),
         batch_size=DEFAULT_BATCH_SIZE if batch is None else batch,
     )
 

@@ -8,7 +8,12 @@ server it was aimed at, it touches nothing and reports ``misplaced`` (:class:`Pi
 Where the data root comes from, in order: the task's explicit root (``local[*]`` virtual
 tablet servers carry theirs in the payload), the ``PYSPARK_KUDU_DATA_ROOT`` environment
 variable of the executor (set per worker on the test cluster), then the Spark conf
-``spark.kudu.dataRoot`` (same on every host), then ``/tmp/pyspark-kudu``.
+``spark.kudu.dataRoot`` (same on every host: passed by the caller, or, in any Python worker
+a ``KuduContext`` started, read from ``PYSPARK_KUDU_CONF_DATA_ROOT``, which the context sets
+from that conf in ``SparkContext.environment``; a separate variable so that a worker's own
+``PYSPARK_KUDU_DATA_ROOT`` keeps precedence), then ``/tmp/pyspark-kudu`` -- in local mode
+only: a cluster's discovery refuses to fall back to it (``cluster=True``), since ``/tmp`` may
+be cleared on reboot, taking the tablet server's identity and replicas with it.
 
 Security: a data root holds the replicas' WAL, metadata and rows. :func:`ensure_instance`
 creates it (and everything below it, through :class:`~pyspark_kudu.fileio.FileIO`) private
@@ -35,6 +40,7 @@ from pyspark_kudu.errors import CorruptionError, InvalidArgumentError
 from pyspark_kudu.fileio import FileIO
 
 __all__ = [
+    "CONF_DATA_ROOT_ENV",
     "DATA_ROOT_CONF",
     "DATA_ROOT_ENV",
     "INSTANCE_FILE",
@@ -49,6 +55,8 @@ __all__ = [
 ]
 
 DATA_ROOT_ENV = "PYSPARK_KUDU_DATA_ROOT"
+#: ``spark.kudu.dataRoot`` of the application, as Python workers see it (module docstring).
+CONF_DATA_ROOT_ENV = "PYSPARK_KUDU_CONF_DATA_ROOT"
 DATA_ROOT_CONF = "spark.kudu.dataRoot"
 INSTANCE_FILE = "instance"
 _FORMAT_VERSION = 1
@@ -72,9 +80,25 @@ class PinnedResult:
     misplaced_reason: str = ""
 
 
-def local_data_root(explicit: str | None = None, conf_root: str | None = None) -> str:
-    """The data root of the host this code runs on (see module docstring for the order)."""
-    return explicit or os.environ.get(DATA_ROOT_ENV) or conf_root or _DEFAULT_ROOT
+def local_data_root(explicit: str | None = None, conf_root: str | None = None, *,
+                    cluster: bool = False) -> str:
+    """The data root of the host this code runs on (see module docstring for the order).
+
+    Raises:
+        InvalidArgumentError: ``cluster`` (an executor of a non-local application) and no
+            root is configured: the local-mode default is refused, naming both settings.
+    """
+    root = (explicit or os.environ.get(DATA_ROOT_ENV) or conf_root
+            or os.environ.get(CONF_DATA_ROOT_ENV))
+    if root:
+        return root
+    if cluster:
+        raise InvalidArgumentError(
+            f"no tablet server data root on host {current_host()}: set {DATA_ROOT_ENV} in the "
+            f"worker's environment (spark-env.sh) or {DATA_ROOT_CONF} for the application; "
+            f"the default {_DEFAULT_ROOT} is for local mode only (/tmp may be cleared on "
+            f"reboot, losing this tablet server's replicas)")
+    return _DEFAULT_ROOT
 
 
 def read_instance(root: str) -> str | None:

@@ -196,13 +196,13 @@ def start_resident(env: Mapping[str, str] = os.environ) -> str | None:
     export its address (``PYSPARK_KUDU_TSERVER_ADDRESS``) for the workers. Returns the
     address, or None (no credential configured, or the server could not start: reads from
     other hosts then fail over to other replicas and the reason goes to stderr)."""
-    from pyspark_kudu.rpc.auth import SECRET_ENV, secret_from_env
+    from pyspark_kudu.rpc.auth import secret_from_env
 
     secret = secret_from_env(env)
     if not secret:
-        print(f"pyspark-kudu: no {SECRET_ENV} in this executor's environment: this host's "
-              f"tablet server does not start (scans from other hosts cannot read its "
-              f"replicas)", file=sys.stderr)
+        # A daemon for Python work that is not pyspark-kudu's (a KuduContext puts the secret
+        # in the environment of the workers it starts); the driver warns if a context's
+        # discovery finds a host without a server.
         return None
     os.setpgid(0, 0)  # the daemon's own group: its shutdown SIGHUPs the server too
     r, w = os.pipe()

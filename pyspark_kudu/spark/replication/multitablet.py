@@ -16,44 +16,98 @@ them on its replication thread).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import Any, Protocol, TypeVar
 
-from pyspark_kudu.errors import KuduError
-from pyspark_kudu.spark.host.handlers import PeerRequest, PeerResponse, RequestKind
+from pyspark_kudu.consensus.messages import Message
+from pyspark_kudu.consensus.raft import RaftNode, Ready
+from pyspark_kudu.errors import KuduError, RoundFailedError
+from pyspark_kudu.spark.host.handlers import (
+    PeerRequest,
+    PeerResponse,
+    ReplicaState,
+    RequestKind,
+)
 from pyspark_kudu.spark.replication.peer_transport import (
     MAX_ROUNDS,
     PeerTransport,
-    RoundFailedError,
     run_with_retries,
 )
 from pyspark_kudu.tablet import WriteResult
 
-if TYPE_CHECKING:
-    from pyspark_kudu.consensus.raft import Ready
-    from pyspark_kudu.spark.replication.tablet_leader import TabletLeader
-
-__all__ = ["collect_results", "elect_all", "replicate", "run_round"]
+__all__ = ["RoundLeader", "collect_results", "elect_all", "replicate", "run_round"]
 
 
-def elect_all(transport: PeerTransport, leaders: Sequence[TabletLeader]
-              ) -> dict[TabletLeader, int | KuduError]:
+class _Tablet(Protocol):
+    @property
+    def tablet_id(self) -> str: ...
+
+    @property
+    def voters(self) -> tuple[str, ...]: ...
+
+
+class _RoundRequests(Protocol):
+    @property
+    def requests(self) -> Mapping[str, list[PeerRequest]]: ...
+
+
+class RoundLeader(Protocol):
+    """What shared rounds need of one tablet's leader
+    (:class:`~pyspark_kudu.spark.replication.tablet_leader.TabletLeader` is one): its
+    ``RaftNode``, the election phases, and a round split in :meth:`start_round` (requests
+    per tablet server) and :meth:`finish_round` (their responses stepped in)."""
+
+    @property
+    def tablet(self) -> _Tablet: ...
+
+    @property
+    def leader_id(self) -> str: ...
+
+    @property
+    def node(self) -> RaftNode | None: ...
+
+    @property
+    def failed_replicas(self) -> dict[str, str]: ...
+
+    def begin_election(self, state: ReplicaState) -> tuple[Ready, PeerRequest]: ...
+
+    def self_voted(self, rd: Ready, resp: PeerResponse | None) -> list[Message]: ...
+
+    def won(self) -> int: ...
+
+    def start_round(self) -> _RoundRequests | None: ...
+
+    def finish_round(self, rnd: Any,
+                     out: Mapping[str, Sequence[PeerResponse] | None]) -> None: ...
+
+    def stage_proposals(self, batches: Sequence[bytes]) -> list[tuple[int, int]]: ...
+
+    def committed(self, index: int) -> bool: ...
+
+    def pop_results(self, indexes: Sequence[int]) -> dict[int, WriteResult] | None: ...
+
+
+L = TypeVar("L", bound=RoundLeader)
+
+
+def elect_all(transport: PeerTransport, leaders: Sequence[L]
+              ) -> dict[L, int | KuduError]:
     """Elect many tablets' leaders together: four shared rounds, not four per tablet.
 
     1. READ_STATE on every candidate replica; 2. each candidate's own vote, made durable
     before anyone else is asked (module rules); 3. RequestVote to the other voters;
     4. the winners' no-op entries. Returns each leader's term, or why it failed.
     """
-    out: dict[TabletLeader, int | KuduError] = {}
+    out: dict[L, int | KuduError] = {}
 
-    def merged(reqs: Mapping[TabletLeader, PeerRequest]
-               ) -> dict[TabletLeader, PeerResponse | None]:
+    def merged(reqs: Mapping[L, PeerRequest]
+               ) -> dict[L, PeerResponse | None]:
         by_ts: dict[str, list[PeerRequest]] = {}
-        owners: dict[str, list[TabletLeader]] = {}
+        owners: dict[str, list[L]] = {}
         for lead, req in reqs.items():
             by_ts.setdefault(req.replica_id, []).append(req)
             owners.setdefault(req.replica_id, []).append(lead)
         res = run_with_retries(transport, by_ts) if by_ts else {}
-        got: dict[TabletLeader, PeerResponse | None] = dict.fromkeys(reqs)
+        got: dict[L, PeerResponse | None] = dict.fromkeys(reqs)
         for ts, resps in res.items():
             if resps is not None:
                 for lead, resp in zip(owners[ts], resps, strict=True):
@@ -64,7 +118,7 @@ def elect_all(transport: PeerTransport, leaders: Sequence[TabletLeader]
 
     states = merged({lead: PeerRequest(RequestKind.READ_STATE, lead.tablet.tablet_id,
                                        lead.leader_id) for lead in leaders})
-    readies: dict[TabletLeader, tuple[Ready, PeerRequest]] = {}
+    readies: dict[L, tuple[Ready, PeerRequest]] = {}
     for lead, resp in states.items():
         if resp is None or not resp.ok or resp.state is None:
             out[lead] = RoundFailedError(
@@ -74,7 +128,7 @@ def elect_all(transport: PeerTransport, leaders: Sequence[TabletLeader]
         readies[lead] = lead.begin_election(resp.state)
     own = merged({lead: req for lead, (_, req) in readies.items()})
     votes: dict[str, list[PeerRequest]] = {}
-    asking: list[TabletLeader] = []
+    asking: list[L] = []
     for lead, (rd, _) in readies.items():
         try:
             msgs = lead.self_voted(rd, own[lead])
@@ -95,7 +149,7 @@ def elect_all(transport: PeerTransport, leaders: Sequence[TabletLeader]
             if node is not None:
                 for m in resp.messages:
                     node.step(m)
-    winners: list[TabletLeader] = []
+    winners: list[L] = []
     for lead in asking:
         try:
             out[lead] = lead.won()
@@ -112,21 +166,21 @@ def elect_all(transport: PeerTransport, leaders: Sequence[TabletLeader]
     return out
 
 
-def run_round(transport: PeerTransport, leaders: Sequence[TabletLeader]
-              ) -> dict[TabletLeader, KuduError]:
+def run_round(transport: PeerTransport, leaders: Sequence[L]
+              ) -> dict[L, KuduError]:
     """One round for many tablets: ONE stage carries every tablet's requests.
 
     Returns the leaders whose round failed, with the error (the others advanced).
     """
     rounds = {lead: r for lead in leaders if (r := lead.start_round()) is not None}
     merged: dict[str, list[PeerRequest]] = {}
-    owners: dict[str, list[TabletLeader]] = {}
+    owners: dict[str, list[L]] = {}
     for lead, rnd in rounds.items():
         for ts, reqs in rnd.requests.items():
             merged.setdefault(ts, []).extend(reqs)
             owners.setdefault(ts, []).extend([lead] * len(reqs))
     out = run_with_retries(transport, merged) if merged else {}
-    per_leader: dict[TabletLeader, dict[str, list[PeerResponse] | None]] = {
+    per_leader: dict[L, dict[str, list[PeerResponse] | None]] = {
         lead: {} for lead in rounds}
     for ts, resps in out.items():
         if resps is None:
@@ -135,7 +189,7 @@ def run_round(transport: PeerTransport, leaders: Sequence[TabletLeader]
             continue
         for owner, resp in zip(owners[ts], resps, strict=True):
             per_leader[owner].setdefault(ts, []).append(resp)  # type: ignore[union-attr]
-    errors: dict[TabletLeader, KuduError] = {}
+    errors: dict[L, KuduError] = {}
     for lead, rnd in rounds.items():
         try:
             lead.finish_round(rnd, per_leader[lead])
@@ -144,13 +198,13 @@ def run_round(transport: PeerTransport, leaders: Sequence[TabletLeader]
     return errors
 
 
-def replicate(transport: PeerTransport, proposals: Mapping[TabletLeader, Sequence[bytes]]
-              ) -> dict[TabletLeader, list[tuple[int, int]] | KuduError]:
+def replicate(transport: PeerTransport, proposals: Mapping[L, Sequence[bytes]]
+              ) -> dict[L, list[tuple[int, int]] | KuduError]:
     """Replicate each leader's batches; all tablets share rounds. Per leader: the batches'
     (index, term) once committed on a majority, or the error that stopped it."""
-    results: dict[TabletLeader, list[tuple[int, int]] | KuduError] = {}
-    want: dict[TabletLeader, int] = {}
-    positions: dict[TabletLeader, list[tuple[int, int]]] = {}
+    results: dict[L, list[tuple[int, int]] | KuduError] = {}
+    want: dict[L, int] = {}
+    positions: dict[L, list[tuple[int, int]]] = {}
     for lead, batches in proposals.items():
         try:
             positions[lead] = lead.stage_proposals(batches)
@@ -184,15 +238,15 @@ def replicate(transport: PeerTransport, proposals: Mapping[TabletLeader, Sequenc
     return results
 
 
-def collect_results(transport: PeerTransport, wanted: Mapping[TabletLeader, Sequence[int]]
-                    ) -> dict[TabletLeader, dict[int, WriteResult] | KuduError]:
+def collect_results(transport: PeerTransport, wanted: Mapping[L, Sequence[int]]
+                    ) -> dict[L, dict[int, WriteResult] | KuduError]:
     """Per-row results of committed entries, for many tablets at once.
 
     Replicas apply an entry when they learn it is committed, i.e. in the round *after* it
     committed; so this runs commit-only rounds (one stage for all tablets) until every
     result arrived. The leader replica applies on the first such round.
     """
-    out: dict[TabletLeader, dict[int, WriteResult] | KuduError] = {}
+    out: dict[L, dict[int, WriteResult] | KuduError] = {}
     pending = dict(wanted)
     for _ in range(MAX_ROUNDS):
         for lead in list(pending):

@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from pyspark_kudu.errors import AbortedError, ServiceUnavailableError
 from pyspark_kudu.spark.host.dataplane import read_staged, refs_in
 from pyspark_kudu.spark.host.handlers import PeerRequest, PeerResponse, handle_requests
 from pyspark_kudu.wal import WalOptions
@@ -24,22 +23,12 @@ __all__ = [
     "MAX_ROUNDS",
     "MAX_ROUND_ATTEMPTS",
     "DirectTransport",
-    "FencedError",
     "PeerTransport",
-    "RoundFailedError",
     "run_with_retries",
 ]
 
 MAX_ROUND_ATTEMPTS = 3  # a round failed as a whole is tried this often, skipping lost servers
 MAX_ROUNDS = 8  # rounds a leader runs to get one thing done (a commit, results, a quiet node)
-
-
-class FencedError(AbortedError):
-    """A newer leader (another client) took over this tablet; this client's leadership ended."""
-
-
-class RoundFailedError(ServiceUnavailableError):
-    """A round could not reach the replicas it needed (e.g. no majority of tablet servers)."""
 
 
 class PeerTransport(Protocol):

@@ -29,6 +29,7 @@ from pyspark_kudu.errors import (
     RemoteError,
     RowWriteError,
     ServiceUnavailableError,
+    SessionUnreachableError,
     UsageError,
 )
 from pyspark_kudu.schema import Schema
@@ -38,7 +39,6 @@ __all__ = [
     "MAGIC",
     "SessionAddress",
     "SessionClient",
-    "SessionUnreachableError",
     "TableInfo",
     "TabletInfo",
     "decode_error",
@@ -73,10 +73,6 @@ class SessionAddress:
     def from_dict(cls, d: Mapping[str, Any]) -> SessionAddress:
         return cls(str(d["host"]), int(d["port"]), str(d["secret"]),
                    tuple(str(m) for m in d.get("masters") or ()))
-
-
-class SessionUnreachableError(ServiceUnavailableError):
-    """No connection to the session service could be made: the request was never sent."""
 
 
 @dataclass(frozen=True)

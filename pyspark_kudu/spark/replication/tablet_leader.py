@@ -71,8 +71,10 @@ from pyspark_kudu.consensus.messages import (
 from pyspark_kudu.consensus.raft import Config, RaftNode, Ready, Role
 from pyspark_kudu.consensus.storage import MemoryStorage
 from pyspark_kudu.errors import (
+    FencedError,
     IllegalStateError,
     ProposalDroppedError,
+    RoundFailedError,
 )
 from pyspark_kudu.spark.host.handlers import PeerRequest, PeerResponse, ReplicaState, RequestKind
 from pyspark_kudu.spark.replication.multitablet import (
@@ -84,9 +86,7 @@ from pyspark_kudu.spark.replication.multitablet import (
 from pyspark_kudu.spark.replication.peer_transport import (
     MAX_ROUND_ATTEMPTS,
     MAX_ROUNDS,
-    FencedError,
     PeerTransport,
-    RoundFailedError,
 )
 from pyspark_kudu.tablet import WriteResult
 

@@ -9,14 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from pyspark_kudu.errors import RemoteError, TimedOutError
-from pyspark_kudu.master.locations import (
-    LocationCache,
+from pyspark_kudu.errors import (
     LocationMappingError,
     LocationMappingTimedOutError,
-    is_valid_location,
-    run_location_mapping_cmd,
+    RemoteError,
+    TimedOutError,
 )
+from pyspark_kudu.master.locations import LocationCache, is_valid_location, run_location_mapping_cmd
 
 REPO = Path(__file__).resolve().parents[3]
 

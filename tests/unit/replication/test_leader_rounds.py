@@ -11,14 +11,10 @@ from pathlib import Path
 import pytest
 
 from pyspark_kudu.consensus.messages import EntryType
+from pyspark_kudu.errors import FencedError, RoundFailedError
 from pyspark_kudu.spark.host.handlers import replica_storage
 from pyspark_kudu.spark.replication.peer_transport import DirectTransport
-from pyspark_kudu.spark.replication.tablet_leader import (
-    FencedError,
-    RoundFailedError,
-    TabletLeader,
-    TabletReplicas,
-)
+from pyspark_kudu.spark.replication.tablet_leader import TabletLeader, TabletReplicas
 from pyspark_kudu.wal import SyncPolicy, WalOptions
 
 OPTS = WalOptions(segment_size=1 << 20, sync_policy=SyncPolicy.FDATASYNC, preallocate=False)

@@ -13,16 +13,12 @@ import pyarrow as pa
 import pytest
 
 from pyspark_kudu.consensus.messages import ConfChange, ConfChangeType
-from pyspark_kudu.errors import IllegalStateError, ProposalDroppedError
+from pyspark_kudu.errors import IllegalStateError, ProposalDroppedError, RoundFailedError
 from pyspark_kudu.schema import ColumnSchema, Schema
 from pyspark_kudu.spark.host.handlers import replica_storage
 from pyspark_kudu.spark.host.wal_committed_log import WalCommittedLog
 from pyspark_kudu.spark.replication.peer_transport import DirectTransport
-from pyspark_kudu.spark.replication.tablet_leader import (
-    RoundFailedError,
-    TabletLeader,
-    TabletReplicas,
-)
+from pyspark_kudu.spark.replication.tablet_leader import TabletLeader, TabletReplicas
 from pyspark_kudu.tablet import OpType, Tablet, encode_write_batch
 from pyspark_kudu.wal import SyncPolicy, WalOptions
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from pyspark_kudu.consensus.messages import EntryType, HardState
+from pyspark_kudu.errors import FencedError
 from pyspark_kudu.spark.host.handlers import PeerRequest, RequestKind, replica_storage, tablet_dir
 from pyspark_kudu.spark.host.replica_cache import (
     cache_stats,
@@ -19,7 +20,7 @@ from pyspark_kudu.spark.host.replica_cache import (
     open_replica,
 )
 from pyspark_kudu.spark.replication.peer_transport import DirectTransport
-from pyspark_kudu.spark.replication.tablet_leader import FencedError, TabletLeader, TabletReplicas
+from pyspark_kudu.spark.replication.tablet_leader import TabletLeader, TabletReplicas
 from pyspark_kudu.wal import SyncPolicy, WalOptions
 
 OPTS = WalOptions(segment_size=1 << 20, sync_policy=SyncPolicy.FDATASYNC, preallocate=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from pyspark_kudu.errors import RoundFailedError
 from pyspark_kudu.partitioning import HashDimension, Partitioner, PartitionSchema, RangePartition
 from pyspark_kudu.schema import ColumnSchema, Schema
 from pyspark_kudu.spark.host.dataplane import (
@@ -21,11 +22,7 @@ from pyspark_kudu.spark.host.dataplane import (
 )
 from pyspark_kudu.spark.host.handlers import PeerRequest, RequestKind, replica_storage
 from pyspark_kudu.spark.replication.peer_transport import DirectTransport
-from pyspark_kudu.spark.replication.tablet_leader import (
-    RoundFailedError,
-    TabletLeader,
-    TabletReplicas,
-)
+from pyspark_kudu.spark.replication.tablet_leader import TabletLeader, TabletReplicas
 from pyspark_kudu.tablet import OpType, decode_write_batch
 from pyspark_kudu.wal import SyncPolicy, WalOptions
 

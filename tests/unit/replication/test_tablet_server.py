@@ -3,6 +3,7 @@ host over authenticated Arrow Flight, and a server process that dies with its da
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import os
 import signal
@@ -37,6 +38,7 @@ from pyspark_kudu.spark.host.tserver_protocol import (
 from pyspark_kudu.spark.replication.peer_transport import DirectTransport
 from pyspark_kudu.spark.replication.tablet_leader import TabletLeader, TabletReplicas
 from pyspark_kudu.tablet import OpType, encode_write_batch
+from tests.netcapture import CapturingProxy
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.unit
@@ -163,6 +165,26 @@ def test_a_client_without_the_secret_is_served_nothing(
         list(tserver_client.scan_remote(_addr(server), b"w" * 32,
                                         ScanRequest(ts_b, "t", None, root=roots["ts-b"])))
     assert tserver_client.ping(_addr(server), SECRET)["served"] == 0
+
+
+def test_neither_the_secret_nor_a_reusable_token_crosses_the_wire(
+        replicas: tuple[dict[str, str], str], server: Any) -> None:
+    """What an observer of the loopback connection sees: the scan's rows (the data is not
+    encrypted: TLS would be the way), never the secret in any encoding."""
+    roots, ts_b = replicas
+    proxy = CapturingProxy(server.port)
+    try:
+        req = ScanRequest(ts_b, "t", None, root=roots["ts-b"])
+        for _ in range(2):
+            rows = sum(b.num_rows for b in tserver_client.scan_remote(
+                f"127.0.0.1:{proxy.port}", SECRET, req))
+            assert rows == 300
+    finally:
+        proxy.close()
+    wire = proxy.captured()
+    assert b"v123" in wire, "the capture must have seen the scan's rows"
+    for form in (SECRET, SECRET.hex().encode(), base64.b64encode(SECRET)):
+        assert form not in wire
 
 
 def test_an_unreachable_server_is_a_network_error() -> None:

@@ -10,10 +10,10 @@ import pytest
 from pyspark_kudu.consensus.messages import Entry
 from pyspark_kudu.errors import (
     CompactedError,
+    EntryUnavailableError,
     IllegalStateError,
     InvalidArgumentError,
     NotSupportedError,
-    UnavailableError,
 )
 from pyspark_kudu.fileio import FileIO
 from pyspark_kudu.wal import Log, SyncPolicy, WalOptions
@@ -73,7 +73,7 @@ def test_overwriting_a_suffix_truncates_it_and_survives_restart(
         log.append(make_entries(1, 11))
         log.append(make_entries(4, 7, term=2))
         assert log.last_index == 6
-        with pytest.raises(UnavailableError):
+        with pytest.raises(EntryUnavailableError):
             log.read(1, 8)
     want = make_entries(1, 4) + make_entries(4, 7, term=2)
     with Log.open(wal_io, small_segments) as log:
