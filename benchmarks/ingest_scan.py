@@ -1,4 +1,4 @@
-"""Ingest and scan through the DataFrame API on the standalone test cluster (issue 7), one run.
+"""Ingest and scan through the DataFrame API on the standalone test cluster, one run.
 
 1. RF=3 ingest of N rows x 5 columns with ``df.write.format("kudu")`` into a new table (6
    hash tablets; the time includes electing their leaders) against ``df.write.parquet`` of
@@ -38,7 +38,7 @@ from pyspark_kudu.schema import Predicate
 from pyspark_kudu.spark.api.context import KuduContext
 from pyspark_kudu.spark.host.handlers import tablet_dir
 from pyspark_kudu.tablet.superblock import Superblock
-from pyspark_kudu.testing.cluster import StandaloneCluster, cluster_session
+from pyspark_kudu.testing.standalone_cluster import StandaloneCluster, cluster_session
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 

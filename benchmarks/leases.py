@@ -33,7 +33,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from pyspark_kudu.errors import FencedError
 from pyspark_kudu.master.localcluster import MasterProcessCluster
 from pyspark_kudu.spark.api.context import KuduContext
-from pyspark_kudu.testing.cluster import StandaloneCluster, cluster_session
+from pyspark_kudu.testing.standalone_cluster import StandaloneCluster, cluster_session
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 STRUCT = StructType([StructField("id", LongType(), False), StructField("v", StringType(), True)])

@@ -1,4 +1,4 @@
-"""Catalog writes on a 3-process master quorum vs etcd 3.4 puts of the same size (issue 5).
+"""Catalog writes on a 3-process master quorum vs etcd 3.4 puts of the same size.
 
 Both systems run as 3 members on loopback, both sync their log before acknowledging
 (pyspark-kudu: WAL ``fdatasync``; etcd 3.4: its WAL always fdatasyncs and has no switch to

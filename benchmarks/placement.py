@@ -1,4 +1,4 @@
-"""Placement and rebalancing at scale (issue 4, "Done when").
+"""Placement and rebalancing at scale.
 
 Places ``--tablets`` tablets (default 100,000) x RF 3 on ``--servers`` tablet servers
 (default 1,000) in ``--locations`` locations (default 50), spread over ``--tables`` tables,

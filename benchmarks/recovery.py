@@ -1,4 +1,4 @@
-"""Time to restore full replication after losing a tablet server (issue 8), one run.
+"""Time to restore full replication after losing a tablet server, one run.
 
 On a standalone cluster (``--workers`` workers, 1 core each, no racks) an RF=3 table of
 ``--rows`` rows is written; one worker holding replicas is then killed (SIGKILL). The master
@@ -40,7 +40,7 @@ from pyspark.sql.types import StructField, StructType
 
 from pyspark_kudu.partitioning import HashDimension, PartitionSchema
 from pyspark_kudu.spark.api.context import KuduContext
-from pyspark_kudu.testing.cluster import StandaloneCluster, cluster_session
+from pyspark_kudu.testing.standalone_cluster import StandaloneCluster, cluster_session
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 

@@ -43,7 +43,7 @@ from pyspark_kudu.spark.api.context import KuduContext
 from pyspark_kudu.spark.host.identity import current_host
 from pyspark_kudu.spark.host.replica_reader import TabletScan, read_tablet
 from pyspark_kudu.spark.pinned import pinned_rdd
-from pyspark_kudu.testing.cluster import StandaloneCluster, cluster_session
+from pyspark_kudu.testing.standalone_cluster import StandaloneCluster, cluster_session
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

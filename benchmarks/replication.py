@@ -1,12 +1,11 @@
-"""Replication rounds on the standalone test cluster (issue 6, "Done when"), in one run.
+"""Replication rounds on the standalone test cluster, in one run.
 
 1. Small-write commit latency: p50 of one RF=3 write (one ~100-byte batch, committed on a
    majority) against the p50 of an *empty* 3-task barrier stage pinned to the same hosts
    (the floor any round pays). Goal: ratio <= 1.5x.
 2. Group commit at round level: writes/s with 16 concurrent writer threads against 1, all
-   through one :class:`~pyspark_kudu.spark.replication.write_service.ReplicationService`. Goal: >=
-   8x.
-
+   through one :class:`~pyspark_kudu.spark.replication.write_service.ReplicationService`. Goal:
+>= 8x.
 Run: ``.venv/bin/python benchmarks/replication.py [--workers 6] [--writes 30]``. Starts its
 own cluster (master + workers on 127.0.0.2..), prints a table and saves
 ``results/replication.{json,png}``. Numbers are ratios measured in the same run.
@@ -31,7 +30,7 @@ from pyspark_kudu.spark.pinned import pinned_rdd
 from pyspark_kudu.spark.replication.spark_rounds import SparkTransport, TabletServerLocation
 from pyspark_kudu.spark.replication.tablet_leader import TabletLeader, TabletReplicas
 from pyspark_kudu.spark.replication.write_service import ReplicationService
-from pyspark_kudu.testing.cluster import StandaloneCluster, cluster_session
+from pyspark_kudu.testing.standalone_cluster import StandaloneCluster, cluster_session
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 PAYLOAD = b"x" * 100

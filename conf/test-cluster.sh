@@ -4,4 +4,4 @@
 #   conf/test-cluster.sh [--base-dir DIR] [--workers N] [--memory 1g]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec .venv/bin/python -m pyspark_kudu.testing.cluster "$@"
+exec .venv/bin/python -m pyspark_kudu.testing.standalone_cluster "$@"

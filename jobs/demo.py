@@ -67,7 +67,7 @@ def ingest_command(source: str, warehouse: str, table: str = "events") -> list[s
     """The part-3 command: ``spark-submit jobs/ingest.py`` on the embedded default master
     (local mode), creating an RF=3 table from a CSV and ending with the ksck summary."""
     from pyspark_kudu.spark.host.daemon import SESSION_CONF
-    from pyspark_kudu.testing.cluster import spark_home
+    from pyspark_kudu.testing.standalone_cluster import spark_home
 
     confs = [a for k, v in SESSION_CONF for a in ("--conf", f"{k}={v}")]
     return [os.path.join(spark_home(), "bin", "spark-submit"), "--master", "local[2]",

@@ -20,8 +20,8 @@ from pyspark_kudu.consensus.types import Role
 from pyspark_kudu.errors import CompactedError, ConsensusError
 
 if TYPE_CHECKING:
-    from pyspark_kudu.consensus.log import RaftLog
     from pyspark_kudu.consensus.progress import ProgressTracker
+    from pyspark_kudu.consensus.raft_log import RaftLog
     from pyspark_kudu.consensus.types import Config
 
 __all__ = ["LeaderSide"]

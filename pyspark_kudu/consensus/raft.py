@@ -27,7 +27,7 @@ Rules of this module:
    by the simulator). It still grants votes (a lagging voter's vote may be needed to elect
    the leader that will catch it up). Raft assumes a voter never forgets its log, so the
    runtime must not reuse a replica id after wiping its data: a re-created replica gets a
-   new incarnation id (documented requirement for re-replication, issue 8).
+   new incarnation id (documented requirement for re-replication).
 
 Extensions that are switchable: pre-vote (thesis §9.6) and check-quorum (thesis §6.2).
 
@@ -40,7 +40,6 @@ from collections.abc import Sequence
 
 from pyspark_kudu.consensus.confchange import apply_conf_change, check_conf_change
 from pyspark_kudu.consensus.leader import LeaderSide
-from pyspark_kudu.consensus.log import RaftLog
 from pyspark_kudu.consensus.messages import (
     NONE,
     ConfChange,
@@ -57,6 +56,7 @@ from pyspark_kudu.consensus.messages import (
     is_local_message,
 )
 from pyspark_kudu.consensus.progress import ProgressState, ProgressTracker, VoteResult
+from pyspark_kudu.consensus.raft_log import RaftLog
 from pyspark_kudu.consensus.types import Config, Ready, Role, SoftState, Status
 from pyspark_kudu.errors import (
     CompactedError,

@@ -1,4 +1,4 @@
-"""Deterministic, seeded simulator for the sans-IO Raft core (issue #2, "Deterministic simulation").
+"""Deterministic, seeded simulator for the sans-IO Raft core.
 
 One ``random.Random`` drives everything (message drop, duplication, delay and reordering,
 symmetric and one-way partitions, crash/restart, proposals, membership changes, compaction),

@@ -1,12 +1,12 @@
 """The embedded master: 1 or 3 catalog replicas inside the driver process (the default).
 
 Each replica keeps its durable state (``meta`` + ``wal/``, see
-:func:`~pyspark_kudu.master.replica.open_storage`) under its own directory
+:func:`~pyspark_kudu.master.catalog_replica.open_storage`) under its own directory
 ``<warehouse_root>/masters/<id>/``; replicas talk over a
-:class:`~pyspark_kudu.master.transport.LocalNetwork`. A new driver pointed at the same
+:class:`~pyspark_kudu.master.raft_transport.LocalNetwork`. A new driver pointed at the same
 warehouse root reopens the same catalog. Clients are ordinary
 :class:`~pyspark_kudu.master.client.MasterClient` objects whose channels call the replicas'
-:class:`~pyspark_kudu.master.service.MasterService` in process, so leader discovery,
+:class:`~pyspark_kudu.master.master_service.MasterService` in process, so leader discovery,
 NotLeader hints and retries are the standalone code path.
 
 Addresses of embedded masters are ``embedded:1``, ``embedded:2``, ... (ids ``m1``, ``m2``...).
@@ -31,17 +31,17 @@ from pyspark_kudu.consensus.raft import Role
 from pyspark_kudu.consensus.storage import WritableStorage
 from pyspark_kudu.errors import IllegalStateError, InvalidArgumentError, NetworkError
 from pyspark_kudu.fileio import make_private_dirs
-from pyspark_kudu.master.client import Channel, MasterClient
-from pyspark_kudu.master.locations import DEFAULT_MAPPING_TIMEOUT_S, LocationCache
-from pyspark_kudu.master.replica import (
+from pyspark_kudu.master.catalog_replica import (
     MasterReplica,
     ReplicaOptions,
     bootstrap_group,
     is_fresh_storage,
     open_storage,
 )
-from pyspark_kudu.master.service import MasterService
-from pyspark_kudu.master.transport import LocalNetwork
+from pyspark_kudu.master.client import Channel, MasterClient
+from pyspark_kudu.master.locations import DEFAULT_MAPPING_TIMEOUT_S, LocationCache
+from pyspark_kudu.master.master_service import MasterService
+from pyspark_kudu.master.raft_transport import LocalNetwork
 
 __all__ = ["MASTERS_DIR", "EmbeddedMaster"]
 

@@ -2,9 +2,9 @@
 
 One Flight server per master process serves two kinds of ``do_action`` calls:
 
-- ``raft``: a batch of :class:`~pyspark_kudu.master.transport.Envelope` (JSON) handed to the
+- ``raft``: a batch of :class:`~pyspark_kudu.master.raft_transport.Envelope` (JSON) handed to the
   replica without waiting -- Raft messages are one-way; responses travel as their own calls;
-- every :class:`~pyspark_kudu.master.service.MasterService` method: a JSON body in, one
+- every :class:`~pyspark_kudu.master.master_service.MasterService` method: a JSON body in, one
   result out, ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": ...}`` carrying the
   error's class name, message and NotLeader hint, rebuilt into the same
   :mod:`pyspark_kudu.errors` class by :class:`FlightChannel`.
@@ -44,7 +44,7 @@ from pyspark_kudu.errors import (
     TimedOutError,
     UsageError,
 )
-from pyspark_kudu.master.transport import Envelope, decode_envelopes, encode_envelopes
+from pyspark_kudu.master.raft_transport import Envelope, decode_envelopes, encode_envelopes
 
 __all__ = ["FlightChannel", "FlightTransport", "MasterFlightServer", "flight_location"]
 

@@ -6,9 +6,9 @@ write: correct (terms fence), but half the writes fail and a config change (a ta
 that takes seconds) may never finish while another client keeps writing. Kudu has one leader
 per tablet that every client sends its writes to; here the master grants a *lease* per
 tablet to one client (its id and the endpoint of its session service, where others forward
-their writes, reads and replication actions, :mod:`pyspark_kudu.spark.replication.lease_keeper`),
-and the
-holder keeps renewing it while it lives.
+their writes, reads and replication actions,
+:mod:`pyspark_kudu.spark.replication.lease_keeper`), and the holder keeps renewing it while it
+lives.
 
 Leases are a liveness aid, never a safety mechanism: they live in the leader master's
 memory only (a new leader master starts with none, and two clients may then both lead for a

@@ -34,17 +34,17 @@ from dataclasses import dataclass, field
 
 from pyspark_kudu.errors import IllegalStateError, InvalidArgumentError
 from pyspark_kudu.fileio import FILE_MODE, make_private_dirs
-from pyspark_kudu.master.client import parse_master_addresses
-from pyspark_kudu.master.flight import FlightTransport, MasterFlightServer
-from pyspark_kudu.master.locations import DEFAULT_MAPPING_TIMEOUT_S, LocationCache
-from pyspark_kudu.master.replica import (
+from pyspark_kudu.master.catalog_replica import (
     MasterReplica,
     ReplicaOptions,
     bootstrap_group,
     is_fresh_storage,
     open_storage,
 )
-from pyspark_kudu.master.service import MasterService
+from pyspark_kudu.master.client import parse_master_addresses
+from pyspark_kudu.master.flight import FlightTransport, MasterFlightServer
+from pyspark_kudu.master.locations import DEFAULT_MAPPING_TIMEOUT_S, LocationCache
+from pyspark_kudu.master.master_service import MasterService
 
 __all__ = [
     "DEFAULT_PEERS",

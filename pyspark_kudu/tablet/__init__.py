@@ -24,13 +24,14 @@ Where things are documented: :mod:`.ops` (the replicated write-batch bytes), :mo
 (per-row semantics), :mod:`.keys` (versions, MVCC visibility, the key index),
 :mod:`.memrowset`, :mod:`.rowset` (Parquet rowsets and delta files), :mod:`.superblock`
 (the commit point of flush and compaction), :mod:`.compaction`, :mod:`.scan` (pruning and
-pushdown), :mod:`.tablet` (bootstrap, crash safety, threads), :mod:`.copy`, :mod:`.log` (the
-committed-log protocol and the WAL adapter), :mod:`.state` (lifecycle), :mod:`.faults`.
+pushdown), :mod:`.tablet` (bootstrap, crash safety, threads), :mod:`.copy`,
+:mod:`.committed_log` (the committed-log protocol and the WAL adapter), :mod:`.state`
+(lifecycle), :mod:`.faults`.
 """
 
+from pyspark_kudu.tablet.committed_log import CommittedLog, LogRecord, LogSink, MemoryLog
 from pyspark_kudu.tablet.copy import CopyChunk, TabletCopySource, install_tablet_copy
 from pyspark_kudu.tablet.faults import CRASH_ENV, CRASH_EXIT_CODE, CRASH_POINTS
-from pyspark_kudu.tablet.log import CommittedLog, LogRecord, LogSink, MemoryLog
 from pyspark_kudu.tablet.ops import (
     OpType,
     RowError,
@@ -40,11 +41,11 @@ from pyspark_kudu.tablet.ops import (
     encode_write_batch,
     is_write_batch,
 )
-from pyspark_kudu.tablet.options import TabletMetrics, TabletOptions
 from pyspark_kudu.tablet.rowset import DeltaFileMeta, RowSetMeta
 from pyspark_kudu.tablet.state import TabletEvent, TabletState
 from pyspark_kudu.tablet.superblock import Superblock, tablet_dir
 from pyspark_kudu.tablet.tablet import Tablet
+from pyspark_kudu.tablet.tablet_options import TabletMetrics, TabletOptions
 
 __all__ = [
     "CRASH_ENV",

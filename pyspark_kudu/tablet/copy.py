@@ -9,12 +9,12 @@ log anchor; the stream then carries, in order::
     superblock  the superblock bytes; its arrival completes the copy
 
 :func:`install_tablet_copy` writes the files under an **empty** root, hands the log records to
-a :data:`~pyspark_kudu.tablet.log.LogSink` (the target's WAL), and writes the superblock last
-and atomically: an interrupted install leaves no superblock, so the target is recognisably
-incomplete (``Tablet.open`` raises ``NotFoundError``) and can be wiped and retried. Opening the
-installed tablet replays the tail and reaches index ``A``, where it is indistinguishable from
-the source: same rowsets, deltas, history mark and MemRowSet contents, hence the same scan
-results at every snapshot the source could serve.
+a :data:`~pyspark_kudu.tablet.committed_log.LogSink` (the target's WAL), and writes the
+superblock last and atomically: an interrupted install leaves no superblock, so the target is
+recognisably incomplete (``Tablet.open`` raises ``NotFoundError``) and can be wiped and
+retried. Opening the installed tablet replays the tail and reaches index ``A``, where it is
+indistinguishable from the source: same rowsets, deltas, history mark and MemRowSet
+contents, hence the same scan results at every snapshot the source could serve.
 
 Chunks are frozen dataclasses (picklable, for task results and shuffles) with a compact
 :meth:`CopyChunk.to_bytes` form.
@@ -35,7 +35,7 @@ from typing import IO
 
 from pyspark_kudu.errors import CorruptionError, IllegalStateError, InvalidArgumentError
 from pyspark_kudu.fileio import FileIO
-from pyspark_kudu.tablet.log import LogRecord, LogSink
+from pyspark_kudu.tablet.committed_log import LogRecord, LogSink
 from pyspark_kudu.tablet.superblock import SUPERBLOCK_FILE, Superblock
 from pyspark_kudu.tablet.tablet import Tablet, tablet_dir
 

@@ -3,7 +3,7 @@
 Files under ``<root>/tablets/<tablet_id>/`` (DESIGN §5): ``superblock`` (see
 :mod:`.superblock`) and ``rowsets/*.parquet`` (see :mod:`.rowset`). The WAL (``wal/``) and the
 consensus metadata (``meta``) belong to the log and Raft layers; the tablet reads the log
-through :class:`~pyspark_kudu.tablet.log.CommittedLog` only.
+through :class:`~pyspark_kudu.tablet.committed_log.CommittedLog` only.
 
 Lifecycle (:mod:`.state`): :meth:`Tablet.open` bootstraps — it reads the superblock, deletes
 files no superblock lists (leftovers of an interrupted flush or compaction), loads the rowset
@@ -44,6 +44,7 @@ from pyspark_kudu.errors import (
 from pyspark_kudu.fileio import FileIO
 from pyspark_kudu.schema import Predicate, Schema
 from pyspark_kudu.tablet.apply import ApplyStats, apply_batch
+from pyspark_kudu.tablet.committed_log import CommittedLog, LogRecord
 from pyspark_kudu.tablet.compaction import (
     merge_rowsets,
     prepare_versions,
@@ -51,10 +52,8 @@ from pyspark_kudu.tablet.compaction import (
     write_rowset,
 )
 from pyspark_kudu.tablet.faults import crash_point
-from pyspark_kudu.tablet.log import CommittedLog, LogRecord
 from pyspark_kudu.tablet.memrowset import MemRowSet
 from pyspark_kudu.tablet.ops import RowError, WriteResult, decode_write_batch
-from pyspark_kudu.tablet.options import TabletMetrics, TabletOptions
 from pyspark_kudu.tablet.rowset import (
     DeltaFileMeta,
     DiskRowSet,
@@ -65,6 +64,7 @@ from pyspark_kudu.tablet.rowset import (
 from pyspark_kudu.tablet.scan import RowSetSource, ScanPlan, key_predicates, rowset_may_match
 from pyspark_kudu.tablet.state import TabletEvent, TabletState, next_state
 from pyspark_kudu.tablet.superblock import SUPERBLOCK_FILE, Superblock, tablet_dir
+from pyspark_kudu.tablet.tablet_options import TabletMetrics, TabletOptions
 
 __all__ = ["CopyPin", "Tablet", "TabletMetrics", "TabletOptions", "tablet_dir"]
 

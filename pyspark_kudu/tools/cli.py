@@ -115,7 +115,7 @@ def _read_conf(path: str) -> dict[str, str]:
 
 
 def _master_run(args: argparse.Namespace) -> int:
-    from pyspark_kudu.master.replica import ReplicaOptions
+    from pyspark_kudu.master.catalog_replica import ReplicaOptions
     from pyspark_kudu.master.server import MasterServer, MasterServerConfig, parse_peers
 
     logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),

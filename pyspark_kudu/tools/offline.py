@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pyspark_kudu.consensus.messages import EntryType, decode_conf_change
 from pyspark_kudu.errors import InvalidArgumentError
 from pyspark_kudu.master.catalog import Catalog, apply_conf_change, apply_entry
+from pyspark_kudu.master.catalog_replica import open_storage
 from pyspark_kudu.master.embedded import MASTERS_DIR
-from pyspark_kudu.master.replica import open_storage
 
 __all__ = ["OfflineCatalog", "ReplicaState", "read_catalog_dir"]
 

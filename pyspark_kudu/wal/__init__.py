@@ -33,10 +33,10 @@ GC), :mod:`~pyspark_kudu.wal.group_commit` (the sync thread, coalescing),
 
 from pyspark_kudu.wal.log import Log, LogStats
 from pyspark_kudu.wal.meta import ConsensusMeta, load_meta, save_meta
-from pyspark_kudu.wal.options import DEFAULT_SEGMENT_SIZE, SyncPolicy, WalOptions
 from pyspark_kudu.wal.recovery import RecoveryReport
 from pyspark_kudu.wal.segment import TornTail
 from pyspark_kudu.wal.storage import WAL_DIR, WalStorage
+from pyspark_kudu.wal.wal_options import DEFAULT_SEGMENT_SIZE, SyncPolicy, WalOptions
 
 __all__ = [
     "DEFAULT_SEGMENT_SIZE",

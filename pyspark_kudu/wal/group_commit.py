@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pyspark_kudu.errors import IllegalStateError, IOError_, KuduError
 from pyspark_kudu.fileio import FileIO
 from pyspark_kudu.wal.format import PreparedFrame, frame_chunks
-from pyspark_kudu.wal.options import WalOptions
 from pyspark_kudu.wal.segment import SegmentWriter
+from pyspark_kudu.wal.wal_options import WalOptions
 
 __all__ = ["GroupCommitter", "Pending"]
 

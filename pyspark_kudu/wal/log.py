@@ -57,9 +57,9 @@ from pyspark_kudu.wal.format import (
 )
 from pyspark_kudu.wal.group_commit import GroupCommitter, Pending
 from pyspark_kudu.wal.index import Location, LogIndex
-from pyspark_kudu.wal.options import SyncPolicy, WalOptions
 from pyspark_kudu.wal.recovery import RecoveryReport, recover
 from pyspark_kudu.wal.segment import SegmentReader, wrap_os_error
+from pyspark_kudu.wal.wal_options import SyncPolicy, WalOptions
 
 __all__ = ["Log", "LogStats"]
 

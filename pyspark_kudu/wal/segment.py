@@ -60,7 +60,7 @@ from pyspark_kudu.wal.format import (
     parse_frame,
     segment_name,
 )
-from pyspark_kudu.wal.options import SyncPolicy, WalOptions
+from pyspark_kudu.wal.wal_options import SyncPolicy, WalOptions
 
 __all__ = [
     "SegmentReader",

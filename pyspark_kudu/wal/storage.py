@@ -55,8 +55,8 @@ from pyspark_kudu.fileio import FileIO
 from pyspark_kudu.wal.format import parse_segment_name
 from pyspark_kudu.wal.log import Log, LogStats
 from pyspark_kudu.wal.meta import ConsensusMeta, load_meta, save_meta
-from pyspark_kudu.wal.options import WalOptions
 from pyspark_kudu.wal.recovery import RecoveryReport
+from pyspark_kudu.wal.wal_options import WalOptions
 
 __all__ = ["WAL_DIR", "WalStorage"]
 

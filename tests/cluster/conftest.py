@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
-from pyspark_kudu.testing.cluster import StandaloneCluster, cluster_session
+from pyspark_kudu.testing.standalone_cluster import StandaloneCluster, cluster_session
 from tests.conftest import stop_other_sessions
 
 WORKERS = 6

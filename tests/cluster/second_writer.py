@@ -17,7 +17,7 @@ import sys
 
 from pyspark_kudu.errors import TimedOutError
 from pyspark_kudu.spark.api.context import KuduContext
-from pyspark_kudu.testing.cluster import cluster_session
+from pyspark_kudu.testing.standalone_cluster import cluster_session
 
 
 def main(argv: list[str]) -> int:

@@ -29,7 +29,7 @@ from pyspark_kudu.spark.host.identity import current_host
 from pyspark_kudu.spark.host.replica_reader import order_replicas
 from pyspark_kudu.spark.host.tserver_client import ping
 from pyspark_kudu.spark.pinned import pinned_rdd
-from pyspark_kudu.testing.cluster import StandaloneCluster
+from pyspark_kudu.testing.standalone_cluster import StandaloneCluster
 from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from pyspark_kudu.partitioning import HashDimension, PartitionSchema
 from pyspark_kudu.spark.api.context import KuduContext
 from pyspark_kudu.spark.host.handlers import read_writers
-from pyspark_kudu.testing.cluster import StandaloneCluster
+from pyspark_kudu.testing.standalone_cluster import StandaloneCluster
 
 REPO = Path(__file__).resolve().parents[2]
 STRUCT = StructType([StructField("id", LongType(), False), StructField("v", StringType(), True)])

@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 
 from pyspark_kudu.spark.pinned import executor_hosts
 from pyspark_kudu.spark.replication.spark_rounds import SparkTransport
-from pyspark_kudu.testing.cluster import StandaloneCluster
+from pyspark_kudu.testing.standalone_cluster import StandaloneCluster
 from pyspark_kudu.tools.faults.inject import pause_host, resume_host
 from tests.cluster.test_replication import _elected, _register, _writes
 from tests.waiting import wait_until

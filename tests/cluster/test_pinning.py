@@ -15,7 +15,7 @@ from pyspark_kudu.spark.host.identity import (
     run_pinned,
 )
 from pyspark_kudu.spark.pinned import executor_hosts, pinned_rdd
-from pyspark_kudu.testing.cluster import StandaloneCluster
+from pyspark_kudu.testing.standalone_cluster import StandaloneCluster
 
 
 def _where(_: Any) -> str:

@@ -16,7 +16,7 @@ from pyspark_kudu.spark.host.identity import ensure_instance, local_data_root
 from pyspark_kudu.spark.pinned import executor_hosts, pinned_rdd
 from pyspark_kudu.spark.replication.spark_rounds import SparkTransport, TabletServerLocation
 from pyspark_kudu.spark.replication.tablet_leader import TabletLeader, TabletReplicas
-from pyspark_kudu.testing.cluster import StandaloneCluster
+from pyspark_kudu.testing.standalone_cluster import StandaloneCluster
 from tests.waiting import wait_until
 
 

@@ -26,7 +26,7 @@ from pyspark_kudu.errors import FencedError
 from pyspark_kudu.master.localcluster import MasterProcessCluster
 from pyspark_kudu.spark.api.context import KuduContext
 from pyspark_kudu.spark.replication.tablet_leader import TabletLeader
-from pyspark_kudu.testing.cluster import StandaloneCluster
+from pyspark_kudu.testing.standalone_cluster import StandaloneCluster
 
 REPO = Path(__file__).resolve().parents[2]
 STRUCT = StructType([StructField("id", LongType(), False), StructField("v", StringType(), True)])

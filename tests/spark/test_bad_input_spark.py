@@ -29,8 +29,8 @@ from pyspark.sql.types import (
 
 from pyspark_kudu.consensus.messages import EntryType
 from pyspark_kudu.errors import FencedError, InvalidArgumentError, RowWriteError
+from pyspark_kudu.master.catalog_replica import ReplicaOptions
 from pyspark_kudu.master.localcluster import free_ports
-from pyspark_kudu.master.replica import ReplicaOptions
 from pyspark_kudu.master.server import MasterServer, MasterServerConfig
 from pyspark_kudu.partitioning import HashDimension, PartitionSchema
 from pyspark_kudu.spark.api.context import KuduContext

@@ -104,6 +104,25 @@ def test_ingest_creates_the_table_and_writes_every_source_row(
                            ignore_row_order=True, ignore_nullable=True, ignore_metadata=True)
 
 
+def test_ingest_with_a_location_mapping_command_places_its_tablet_servers(
+    spark: SparkSession, tmp_path: Path, warehouse: str, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The embedded master (the default) gets locations from ``--location-mapping-cmd``."""
+    script = tmp_path / "map.sh"
+    script.write_text("#!/bin/sh\necho /dc1/rack7\n")
+    script.chmod(0o700)
+    src = tmp_path / "src.csv"
+    write_source("csv", rows(range(10)), src)
+    code = job("ingest").main(argv("--source", src, "--format", "csv", "--table", "racked",
+                                     "--create", "--keys", "id", "--hash-buckets", "2",
+                                     "--replicas", "1", "--warehouse", warehouse,
+                                     "--location-mapping-cmd", script), spark)
+    assert code == 0, capsys.readouterr().out
+    with KuduContext(spark, warehouse=warehouse) as kudu:
+        locations = {t["location"] for t in kudu.master.list_tservers()}
+    assert locations == {"/dc1/rack7"}
+
+
 def test_ingest_insert_of_existing_keys_reports_row_errors_writes_the_rest_and_exits_1(
     spark: SparkSession, tmp_path: Path, warehouse: str, capsys: pytest.CaptureFixture[str],
 ) -> None:

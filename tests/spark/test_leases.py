@@ -13,8 +13,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from pyspark_kudu.errors import RowWriteError
+from pyspark_kudu.master.catalog_replica import ReplicaOptions
 from pyspark_kudu.master.localcluster import free_ports
-from pyspark_kudu.master.replica import ReplicaOptions
 from pyspark_kudu.master.server import MasterServer, MasterServerConfig
 from pyspark_kudu.partitioning import HashDimension, PartitionSchema
 from pyspark_kudu.spark.api.context import KuduContext, WriteProgress

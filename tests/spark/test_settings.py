@@ -19,11 +19,11 @@ from pyspark.sql import SparkSession
 
 from pyspark_kudu.errors import InvalidArgumentError
 from pyspark_kudu.spark.api import context
-from pyspark_kudu.spark.api.context import (
+from pyspark_kudu.spark.api.context import KuduContext
+from pyspark_kudu.spark.api.settings import (
     HEAL_INTERVAL_CONF,
     LOCATION_MAPPING_CMD_CONF,
     LOCATION_MAPPING_TIMEOUT_CONF,
-    KuduContext,
 )
 from pyspark_kudu.spark.host.identity import DATA_ROOT_CONF, DATA_ROOT_ENV
 from pyspark_kudu.spark.replication.lease_keeper import LEASE_CONF

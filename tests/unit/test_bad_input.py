@@ -37,12 +37,12 @@ from pyspark_kudu.errors import (
     LocationMappingError,
     LocationMappingTimedOutError,
 )
+from pyspark_kudu.master.catalog_replica import ReplicaOptions
 from pyspark_kudu.master.client import MasterClient
 from pyspark_kudu.master.embedded import EmbeddedMaster
 from pyspark_kudu.master.entities import TServerMeta
 from pyspark_kudu.master.localcluster import free_ports
 from pyspark_kudu.master.locations import MAX_LOCATION_LENGTH
-from pyspark_kudu.master.replica import ReplicaOptions
 from pyspark_kudu.schema import ColumnSchema, Schema
 from pyspark_kudu.tablet import OpType, Tablet, encode_write_batch
 from tests.waiting import wait_until

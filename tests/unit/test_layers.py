@@ -100,4 +100,4 @@ def test_no_module_of_the_spark_side_is_in_an_import_cycle() -> None:
 def test_the_graph_is_read_from_the_source() -> None:
     """Guards the two tests above against an empty or wrong graph."""
     assert "pyspark_kudu.spark.host.handlers" in GRAPH["pyspark_kudu.spark.host.round_tasks"]
-    assert "pyspark_kudu.spark.api.scan" in GRAPH["pyspark_kudu.spark.api.context"]
+    assert "pyspark_kudu.spark.api.reads" in GRAPH["pyspark_kudu.spark.api.context"]

@@ -27,13 +27,13 @@ import pytest
 
 from pyspark_kudu.errors import InvalidArgumentError
 from pyspark_kudu.fileio import FileIO
+from pyspark_kudu.master.catalog_replica import ReplicaOptions
 from pyspark_kudu.master.client import MasterClient
 from pyspark_kudu.master.embedded import EmbeddedMaster
 from pyspark_kudu.master.entities import TServerMeta
 from pyspark_kudu.master.flight import RAFT_ACTION, flight_location
 from pyspark_kudu.master.localcluster import MasterProcessCluster, free_ports
 from pyspark_kudu.master.locations import run_location_mapping_cmd
-from pyspark_kudu.master.replica import ReplicaOptions
 from pyspark_kudu.master.server import MasterServer, MasterServerConfig, is_loopback_address
 from pyspark_kudu.schema import ColumnSchema, Schema
 from pyspark_kudu.spark.host.identity import ensure_instance

@@ -1,7 +1,8 @@
 """Settings of a ``KuduContext`` and of a host's data root: honoured or refused, never ignored.
 
-Pure functions of ``pyspark_kudu.spark.api.context`` and ``...host.identity``; the same rules
-through a real local-mode ``KuduContext`` are in ``tests/spark/test_settings.py``.
+Pure functions of ``pyspark_kudu.spark.api.settings``, ``...api.context`` and
+``...host.identity``; the same rules through a real local-mode ``KuduContext`` are in
+``tests/spark/test_settings.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from pyspark import SparkConf
 from pyspark_kudu.errors import InvalidArgumentError
 from pyspark_kudu.master.locations import DEFAULT_MAPPING_TIMEOUT_S
 from pyspark_kudu.spark.api import context
-from pyspark_kudu.spark.api.context import (
+from pyspark_kudu.spark.api import settings as kudu_settings
+from pyspark_kudu.spark.api.settings import (
     FAILED_AFTER_CONF,
     HEAL_MAX_MOVES_CONF,
     LOCATION_MAPPING_CMD_CONF,
@@ -44,7 +46,7 @@ def conf(**settings: str) -> SparkConf:
 ])
 def test_a_timeout_is_the_argument_else_the_setting_else_the_default(
         settings: dict[str, str], arg: float | None, want: float) -> None:
-    got = context._seconds(conf(**settings), ROUND_TIMEOUT_CONF, 300.0, "round_timeout_s", arg)
+    got = kudu_settings.seconds(conf(**settings), ROUND_TIMEOUT_CONF, 300.0, "round_timeout_s", arg)
     assert got == want
 
 
@@ -60,50 +62,50 @@ def test_a_timeout_is_the_argument_else_the_setting_else_the_default(
 def test_a_zero_negative_or_malformed_timeout_is_refused_not_defaulted(
         settings: dict[str, str], arg: float | None, message: str) -> None:
     with pytest.raises(InvalidArgumentError, match=re.escape(message)):
-        context._seconds(conf(**settings), ROUND_TIMEOUT_CONF, 300.0, "round_timeout_s", arg)
+        kudu_settings.seconds(conf(**settings), ROUND_TIMEOUT_CONF, 300.0, "round_timeout_s", arg)
 
 
 def test_zero_is_kept_where_it_has_a_meaning() -> None:
     # lease_s=0 / spark.kudu.leaderLeaseSec=0: no leases (before, the setting's 0 became 10 s).
-    assert context._seconds(conf(), "spark.kudu.leaderLeaseSec", 10.0, "lease_s", 0.0,
+    assert kudu_settings.seconds(conf(), "spark.kudu.leaderLeaseSec", 10.0, "lease_s", 0.0,
                             zero_ok=True) == 0.0
-    assert context._seconds(conf(**{"spark.kudu.leaderLeaseSec": "0"}),
+    assert kudu_settings.seconds(conf(**{"spark.kudu.leaderLeaseSec": "0"}),
                             "spark.kudu.leaderLeaseSec", 10.0, zero_ok=True) == 0.0
     with pytest.raises(InvalidArgumentError, match=re.escape("lease_s=-1 is not usable: it "
                                                              "must be 0 or more seconds")):
-        context._seconds(conf(), "spark.kudu.leaderLeaseSec", 10.0, "lease_s", -1.0,
+        kudu_settings.seconds(conf(), "spark.kudu.leaderLeaseSec", 10.0, "lease_s", -1.0,
                          zero_ok=True)
 
 
 def test_heal_max_moves_must_allow_a_move() -> None:
-    assert context._heal_max_moves(conf()) == 4
-    assert context._heal_max_moves(conf(**{HEAL_MAX_MOVES_CONF: "9"})) == 9
+    assert kudu_settings.heal_max_moves(conf()) == 4
+    assert kudu_settings.heal_max_moves(conf(**{HEAL_MAX_MOVES_CONF: "9"})) == 9
     with pytest.raises(InvalidArgumentError,
                        match=re.escape(f"{HEAL_MAX_MOVES_CONF}=0 is not usable")) as info:
-        context._heal_max_moves(conf(**{HEAL_MAX_MOVES_CONF: "0"}))
+        kudu_settings.heal_max_moves(conf(**{HEAL_MAX_MOVES_CONF: "0"}))
     assert "spark.kudu.heal.enabled=false" in str(info.value)  # the way to say "no healing"
     with pytest.raises(InvalidArgumentError, match=re.escape("'four' is not an integer")):
-        context._heal_max_moves(conf(**{HEAL_MAX_MOVES_CONF: "four"}))
+        kudu_settings.heal_max_moves(conf(**{HEAL_MAX_MOVES_CONF: "four"}))
 
 
 # -- embedded-master settings --------------------------------------------------------------
 
 
 def test_embedded_master_settings_come_from_arguments_else_spark_settings() -> None:
-    assert context._embedded_master_settings(conf(), None, None, None, None) == {
+    assert kudu_settings.embedded_master_settings(conf(), None, None, None, None) == {
         "location_mapping_cmd": None, "location_mapping_timeout_s": DEFAULT_MAPPING_TIMEOUT_S,
         "follower_unavailable_considered_failed_s": 300.0}
     c = conf(**{LOCATION_MAPPING_CMD_CONF: "map.sh topo", LOCATION_MAPPING_TIMEOUT_CONF: "3",
                 FAILED_AFTER_CONF: "60"})
-    assert context._embedded_master_settings(c, None, None, None, None) == {
+    assert kudu_settings.embedded_master_settings(c, None, None, None, None) == {
         "location_mapping_cmd": "map.sh topo", "location_mapping_timeout_s": 3.0,
         "follower_unavailable_considered_failed_s": 60.0}
-    assert context._embedded_master_settings(c, None, "other.sh", 4.0, 5.0) == {
+    assert kudu_settings.embedded_master_settings(c, None, "other.sh", 4.0, 5.0) == {
         "location_mapping_cmd": "other.sh", "location_mapping_timeout_s": 4.0,
         "follower_unavailable_considered_failed_s": 5.0}
     with pytest.raises(InvalidArgumentError,
                        match=re.escape(f"{LOCATION_MAPPING_TIMEOUT_CONF}=0 is not usable")):
-        context._embedded_master_settings(conf(**{LOCATION_MAPPING_TIMEOUT_CONF: "0"}), None,
+        kudu_settings.embedded_master_settings(conf(**{LOCATION_MAPPING_TIMEOUT_CONF: "0"}), None,
                                           None, None, None)
 
 
@@ -124,12 +126,12 @@ def test_embedded_master_settings_with_standalone_masters_are_a_usage_error(
     with pytest.raises(InvalidArgumentError, match=re.escape(
             f"{name}: setting(s) of the embedded master, but this KuduContext uses the "
             f"standalone masters h1:7051")) as info:
-        context._embedded_master_settings(conf(**settings), "h1:7051", *args)
+        kudu_settings.embedded_master_settings(conf(**settings), "h1:7051", *args)
     assert f"pyspark-kudu master run {flag} ..." in str(info.value)
 
 
 def test_without_embedded_master_settings_standalone_masters_get_none() -> None:
-    assert context._embedded_master_settings(conf(), "h1:7051", None, None, None) == {}
+    assert kudu_settings.embedded_master_settings(conf(), "h1:7051", None, None, None) == {}
 
 
 # -- data root -----------------------------------------------------------------------------

@@ -1,36 +1,38 @@
-"""``KuduContext``: tables on Spark executors, written and read through pinned tasks.
+"""``KuduContext``: tables on Spark executors, written through pinned tasks, read anywhere.
 
 The client-side entry point of DESIGN §1-3. A context
 
 1. connects to the master: an embedded one under the warehouse directory by default (1
    replica), or the standalone group named by ``master="h1:7051,h2:7052,h3:7053"``;
 2. discovers tablet servers: one per executor host on a cluster (a pinned job creates or
-   reads each host's ``instance`` file), or ``local_tablet_servers`` virtual servers with
-   their own data roots in ``local[*]`` mode; and registers them with the master (which
-   resolves their locations);
-3. writes: rows are routed to tablets, each tablet's batch is encoded once, and all tablets
-   are replicated through one
-   :class:`~pyspark_kudu.spark.replication.write_service.ReplicationService`
-   (barrier stages of pinned tasks, rounds shared by concurrent writers); a write returns
-   once committed on a majority, with Kudu's per-row errors;
-4. reads: one pinned scan task per (pruned) tablet on the chosen replica's host, yielding
-   Arrow batches into a lazy DataFrame. A tablet this client leads is read on its leader
-   replica at the client's commit index, so a write that returned is visible to the next
-   read; any other replica serves only what it knows committed.
+   reads each host's ``instance`` file and reports its resident tablet server's address),
+   or ``local_tablet_servers`` virtual servers with their own data roots in ``local[*]``
+   mode; and registers them with the master (which resolves their locations). The
+   resident servers' credential is set up first (:func:`_cluster_secret`);
+3. writes (:mod:`~pyspark_kudu.spark.api.writes`): rows are routed to tablets, each
+   tablet's batch is encoded once, and all tablets are replicated through one
+   :class:`~pyspark_kudu.spark.replication.write_service.ReplicationService` (barrier
+   stages of pinned tasks, rounds shared by concurrent writers); a write returns once
+   committed on a majority, with Kudu's per-row errors;
+4. reads (:mod:`~pyspark_kudu.spark.api.reads`): one scan token per (pruned) tablet,
+   preferring its replicas' hosts; a task reads the closest replica, locally or through
+   its host's resident tablet server. A tablet this client leads is read at the client's
+   commit index, so a write that returned is visible to the next read.
 
 Leadership: before leading a tablet the context takes its lease from the master
-(:mod:`pyspark_kudu.spark.replication.lease_keeper`); a tablet another live client leads is not
-elected but
-*forwarded to* (writes, linearizable read points and replication actions go to that client's
-session service), so writers of one tablet share one leader instead of fencing each other.
+(:mod:`~pyspark_kudu.spark.replication.lease_keeper`); a tablet another live client leads is
+not elected but *forwarded to* (writes, linearizable read points and replication actions
+go to that client's session service), so writers of one tablet share one leader instead of
+fencing each other.
 
 Tablet-server liveness: a driver thread heartbeats every server whose host has an executor
-(:mod:`pyspark_kudu.spark.healing.liveness`, ``spark.kudu.heartbeatIntervalSec``, default 1 s).
+(:mod:`~pyspark_kudu.spark.healing.liveness`, ``spark.kudu.heartbeatIntervalSec``, default
+1 s). Settings: :mod:`~pyspark_kudu.spark.api.settings`.
 
 Healing and replica management (the healer's target, sweeps, unsafe recovery) are the
-:class:`~pyspark_kudu.spark.healing.replica_management.ReplicaManagement` part of the context.
-Replica files
-a deleted table left on hosts unreachable at the time are removed by a later sweep.
+:class:`~pyspark_kudu.spark.healing.replica_management.ReplicaManagement` part of the
+context. Replica files a deleted table left on hosts unreachable at the time are removed by
+a later sweep.
 
 Thread-safety: ``KuduContext`` methods may be called from several threads; writes share
 rounds through the service, and leader elections are serialised by a lock.
@@ -38,55 +40,51 @@ rounds through the service, and leader elections are serialised by a lock.
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
+from collections.abc import Sequence
 from functools import partial
-from typing import Any
 
-from pyspark import SparkConf
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from pyspark_kudu.errors import (
-    FencedError,
     InvalidArgumentError,
     KuduError,
     LocationMappingError,
-    NotFoundError,
-    NotLeaderError,
     RoundFailedError,
-    RowWriteError,
     ServiceUnavailableError,
-    SessionUnreachableError,
     TimedOutError,
 )
-from pyspark_kudu.master.client import MasterClient, TableLocations
+from pyspark_kudu.master.client import MasterClient
 from pyspark_kudu.master.embedded import EmbeddedMaster
-from pyspark_kudu.master.locations import DEFAULT_MAPPING_TIMEOUT_S
-from pyspark_kudu.master.records import TabletReport
-from pyspark_kudu.partitioning import Partitioner, PartitionSchema
+from pyspark_kudu.partitioning import PartitionSchema
 from pyspark_kudu.rpc.auth import SECRET_ENV, new_secret
 from pyspark_kudu.schema import Predicate, Schema
-from pyspark_kudu.spark.api import scan
+from pyspark_kudu.spark.api import reads
 from pyspark_kudu.spark.api.registration import register
 from pyspark_kudu.spark.api.session_service import FILTER_PUSHDOWN_CONF
-from pyspark_kudu.spark.api.source_options import OPERATIONS, check_write_columns, parse_bool
+from pyspark_kudu.spark.api.settings import (
+    AUTO_REBALANCE_CONF,
+    HEAL_ENABLED_CONF,
+    HEAL_INTERVAL_CONF,
+    HEARTBEAT_CONF,
+    ROUND_TIMEOUT_CONF,
+    WAREHOUSE_CONF,
+    embedded_master_settings,
+    heal_max_moves,
+    seconds,
+)
+from pyspark_kudu.spark.api.source_options import parse_bool
+from pyspark_kudu.spark.api.writes import WritePath
 from pyspark_kudu.spark.healing.healer import Healer
 from pyspark_kudu.spark.healing.liveness import LivenessReporter
 from pyspark_kudu.spark.healing.replica_management import ReplicaManagement, delete_replicas_task
 from pyspark_kudu.spark.host.dataplane import (
-    StagedRef,
     StagingJanitor,
-    stage_batches,
-    staging_schema,
 )
 from pyspark_kudu.spark.host.handlers import PeerRequest, RequestKind
 from pyspark_kudu.spark.host.identity import (
@@ -103,12 +101,8 @@ from pyspark_kudu.spark.replication.lease_keeper import (
     DEFAULT_LEASE_S,
     LEASE_CONF,
     LeaseKeeper,
-    by_holder,
 )
-from pyspark_kudu.spark.replication.multitablet import elect_all
 from pyspark_kudu.spark.replication.session_client import (
-    SessionAddress,
-    SessionClient,
     TableInfo,
     TabletInfo,
 )
@@ -118,92 +112,21 @@ from pyspark_kudu.spark.replication.spark_rounds import (
     TabletServerLocation,
     root_cause,
 )
-from pyspark_kudu.spark.replication.tablet_leader import TabletLeader, TabletReplicas
+from pyspark_kudu.spark.replication.tablet_leader import TabletLeader
 from pyspark_kudu.spark.replication.write_service import (
     ReplicationService,
-    WriteOutcome,
     WriteProgress,
     WriteSummary,
 )
-from pyspark_kudu.tablet import OpType
 from pyspark_kudu.wal import WalOptions
 
 __all__ = ["KuduContext", "WriteProgress", "WriteSummary"]
 
 _log = logging.getLogger(__name__)
 
-WAREHOUSE_CONF = "spark.kudu.warehouse"
-HEARTBEAT_CONF = "spark.kudu.heartbeatIntervalSec"
-HEAL_ENABLED_CONF = "spark.kudu.heal.enabled"
-HEAL_INTERVAL_CONF = "spark.kudu.heal.intervalSec"
-HEAL_MAX_MOVES_CONF = "spark.kudu.heal.maxMoves"
-FAILED_AFTER_CONF = "spark.kudu.followerUnavailableConsideredFailedSec"
-AUTO_REBALANCE_CONF = "spark.kudu.autoRebalance"
-ROUND_TIMEOUT_CONF = "spark.kudu.roundTimeoutSec"
-LOCATION_MAPPING_CMD_CONF = "spark.kudu.locationMappingCmd"
-LOCATION_MAPPING_TIMEOUT_CONF = "spark.kudu.locationMappingTimeoutSec"
-_MAX_BATCH_ROWS = 65536
 
 
-_MAY_FAIL_PER_ROW = (int(OpType.INSERT), int(OpType.UPDATE), int(OpType.DELETE))
-_FORWARD_GRACE_S = 15.0  # past the lease: how long a forward that found no leader re-routes
-_FORWARD_RETRY_S = 0.5
-
-
-class _Tally:
-    """What one write committed so far, from this client's rounds and forwards.
-    Thread-safety: confined to the thread running ``commit_staged``."""
-
-    def __init__(self, progress: Callable[[WriteProgress], None] | None) -> None:
-        self.progress = progress
-        self.errors: list[tuple[str, dict[str, object], str, str]] = []
-        self.written = self.rows_done = self.batches_done = 0
-        self.rows_total = self.batches_total = 0
-        self.failure: KuduError | None = None
-
-    def fail(self, e: KuduError) -> None:
-        self.failure = self.failure or e
-
-    def own_done(self, tid: str, outcome: WriteOutcome, refs: Sequence[StagedRef]) -> None:
-        for (_, _, result), ref in zip(outcome, refs, strict=True):
-            if result is None:
-                self.written += ref.rows
-            else:
-                self.written += result.num_rows - len(result.errors)
-                self.errors.extend((tid, e.key or {}, e.status, e.message)
-                                   for e in result.errors)
-            self.rows_done += ref.rows
-            self.batches_done += 1
-        self._report()
-
-    def remote_done(self, tids: Sequence[str], refs: dict[str, list[StagedRef]],
-                    written: int, errors: Sequence[tuple[str, dict[str, object], str, str]]
-                    ) -> None:
-        self.written += written
-        self.errors.extend(errors)
-        self.rows_done += sum(r.rows for t in tids for r in refs[t])
-        self.batches_done += sum(len(refs[t]) for t in tids)
-        self._report()
-
-    def _report(self) -> None:
-        if self.progress is not None:
-            self.progress(WriteProgress(self.rows_done, self.rows_total, self.batches_done,
-                                        self.batches_total))
-
-
-@dataclass(frozen=True)
-class _ScanTask:
-    tablet_id: str
-    ts_uuid: str
-    root: str | None
-    columns: tuple[str, ...] | None
-    predicates: tuple[Predicate, ...]
-    snapshot: int | None
-    known_commit: int | None
-    require: bool = False  # the replica must hold the log up to known_commit (linearizable)
-
-
-class KuduContext(ReplicaManagement):
+class KuduContext(WritePath, ReplicaManagement):
     """Tables of this cluster, for one SparkSession. Close it (or use ``with``).
 
     Unless ``spark.kudu.heal.enabled=false``, the context also heals the cluster in the
@@ -252,16 +175,16 @@ class KuduContext(ReplicaManagement):
         sc = spark.sparkContext
         conf = sc.getConf()
         # Every setting is checked before anything starts: a refused one leaves nothing behind.
-        embedded_kwargs = _embedded_master_settings(
+        embedded_kwargs = embedded_master_settings(
             conf, master, location_mapping_cmd, location_mapping_timeout_s, failed_after_s)
-        round_timeout = _seconds(conf, ROUND_TIMEOUT_CONF, DEFAULT_ROUND_TIMEOUT_S,
+        round_timeout = seconds(conf, ROUND_TIMEOUT_CONF, DEFAULT_ROUND_TIMEOUT_S,
                                  "round_timeout_s", round_timeout_s)
-        lease_ttl = _seconds(conf, LEASE_CONF, DEFAULT_LEASE_S, "lease_s", lease_s,
+        lease_ttl = seconds(conf, LEASE_CONF, DEFAULT_LEASE_S, "lease_s", lease_s,
                              zero_ok=True)
-        heal_interval = _seconds(conf, HEAL_INTERVAL_CONF, 5.0, "heal_interval_s",
+        heal_interval = seconds(conf, HEAL_INTERVAL_CONF, 5.0, "heal_interval_s",
                                  heal_interval_s)
-        heartbeat = _seconds(conf, HEARTBEAT_CONF, 1.0)
-        max_moves = _heal_max_moves(conf)
+        heartbeat = seconds(conf, HEARTBEAT_CONF, 1.0)
+        max_moves = heal_max_moves(conf)
         rebalance = parse_bool(AUTO_REBALANCE_CONF, conf.get(AUTO_REBALANCE_CONF, None))
         if heal is None:
             heal = parse_bool(HEAL_ENABLED_CONF, conf.get(HEAL_ENABLED_CONF, None), default=True)
@@ -515,349 +438,6 @@ class KuduContext(ReplicaManagement):
             _log.warning("table %s: replica files stay on tablet servers %s (not reachable "
                          "now)", name, sorted(left))
 
-    # -- writes ------------------------------------------------------------------------------
-    def insert_rows(self, df: DataFrame, table: str) -> WriteSummary:
-        return self.write(df, table, "insert")
-
-    def insert_ignore_rows(self, df: DataFrame, table: str) -> WriteSummary:
-        return self.write(df, table, "insert_ignore")
-
-    def upsert_rows(self, df: DataFrame, table: str) -> WriteSummary:
-        return self.write(df, table, "upsert")
-
-    def update_rows(self, df: DataFrame, table: str) -> WriteSummary:
-        return self.write(df, table, "update")
-
-    def update_ignore_rows(self, df: DataFrame, table: str) -> WriteSummary:
-        return self.write(df, table, "update_ignore")
-
-    def delete_rows(self, df: DataFrame, table: str) -> WriteSummary:
-        return self.write(df, table, "delete")
-
-    def delete_ignore_rows(self, df: DataFrame, table: str) -> WriteSummary:
-        return self.write(df, table, "delete_ignore")
-
-    def write(self, df: DataFrame, table: str, operation: str = "upsert", *,
-              progress: Callable[[WriteProgress], None] | None = None,
-              batch_rows: int = _MAX_BATCH_ROWS, repartition: bool = False,
-              repartition_sort: bool = True) -> WriteSummary:
-        """Write ``df``'s rows to ``table`` with Kudu's ``operation``; returns once every
-        batch is committed on a majority of its tablet's replicas.
-
-        The rows are routed and encoded on the executors that hold them and shuffled to the
-        replicas' hosts (:mod:`~pyspark_kudu.spark.host.dataplane`); only small refs reach the
-        driver. ``progress`` is called as tablets' batches commit.
-
-        ``repartition=True`` (kudu-spark's ``kudu.repartition``) first shuffles the rows so
-        that each staging task holds one tablet's rows, sorted by primary key unless
-        ``repartition_sort=False`` (``kudu.repartition.sort``): each tablet then receives
-        batches of up to ``batch_rows`` rows from one task instead of a batch from every
-        input partition (:mod:`~pyspark_kudu.spark.api.repartition`).
-
-        Raises:
-            InvalidArgumentError: unknown operation, a column the table lacks, a missing key
-                column, or values that do not fit the schema; nothing is written.
-            RowWriteError: some rows were rejected (e.g. duplicate keys for ``insert``); the
-                others are written and the error lists the rejected rows' keys.
-        """
-        op = OPERATIONS.get(operation)
-        if op is None:
-            raise InvalidArgumentError(
-                f"Unsupported operation type {operation!r}: use one of {sorted(OPERATIONS)}")
-        if batch_rows < 1:
-            raise InvalidArgumentError(f"batch_rows must be >= 1, got {batch_rows}")
-        locs = self.master.get_table(table)
-        schema = locs.table.schema
-        check_write_columns(df.columns, schema, table, struct=df.schema)
-        partitioner = Partitioner(schema, PartitionSchema.from_dict(
-            locs.table.partition_schema, schema))
-        write_id = uuid.uuid4().hex
-        staging_root = self.warehouse if self._local else None
-        if repartition:
-            # Imported here: only this method of the context uses it.
-            from pyspark_kudu.spark.api.repartition import repartition_by_tablet
-
-            df = repartition_by_tablet(df, partitioner,
-                                       schema.primary_key if repartition_sort else ())
-        try:
-            staged = df.mapInArrow(
-                stage_batches(schema, partitioner, op, write_id, staging_root, batch_rows),
-                staging_schema()).collect()
-        except Exception as e:  # the staging job failed: nothing was proposed
-            self._janitor.remove(write_id)
-            cause = root_cause(str(e))
-            if cause.startswith("InvalidArgumentError: "):
-                raise InvalidArgumentError(
-                    f"table {table}: {cause.removeprefix('InvalidArgumentError: ')}") from None
-            raise
-        refs = [StagedRef.decode(bytes(r["ref"])) for r in staged if r["ref"] is not None]
-        bad = [str(r["bad_row"]) for r in staged if r["bad_row"] is not None]
-        try:
-            return self.commit_staged(table, [r for r in refs if r is not None], bad,
-                                      progress=progress, locations=locs)
-        finally:
-            self.discard_staged(write_id)
-
-    def discard_staged(self, write_id: str) -> None:
-        """Remove a write's staged batches on every host (in the background)."""
-        self._janitor.remove(write_id)
-
-    def commit_staged(self, table: str, staged: Sequence[StagedRef],
-                      bad_rows: Sequence[str] = (), *,
-                      progress: Callable[[WriteProgress], None] | None = None,
-                      locations: TableLocations | None = None,
-                      forwarded: bool = False) -> WriteSummary:
-        """Replicate batches staged by :func:`~pyspark_kudu.spark.host.dataplane.stage_batches`
-        (by :meth:`write`, or by the ``kudu`` data source's writer tasks); returns once all
-        are committed. ``bad_rows`` are the JSON rows staging found in no range partition,
-        reported as per-row ``NotFound`` errors. The caller removes the staging afterwards
-        (:meth:`discard_staged`).
-
-        Tablets another client leads are forwarded to it (``lead_commit``); a forward that
-        could not be delivered, or reached a client that no longer leads, is routed again
-        until the lease it found lapses. ``forwarded``: this call is such a forward; a tablet
-        this client does not lead is refused (``NotLeaderError``) before anything is
-        proposed."""
-        locs = locations or self.master.get_table(table)
-        tally = _Tally(progress)
-        tally.errors.extend(("", json.loads(row), "NotFound", "row is in no range partition")
-                            for row in bad_rows)
-        refs: dict[int, list[StagedRef]] = {}
-        for ref in staged:
-            if not 0 <= ref.tablet < len(locs.tablets):
-                raise InvalidArgumentError(
-                    f"table {table}: staged batch {ref.path} names tablet {ref.tablet}, the "
-                    f"table has {len(locs.tablets)}; was it staged for another table?")
-            refs.setdefault(ref.tablet, []).append(ref)
-        tally.rows_total = sum(r.rows for rs in refs.values() for r in rs)
-        tally.batches_total = sum(len(rs) for rs in refs.values())
-        by_tid = {locs.tablets[p].tablet_id: refs[p] for p in sorted(refs)}
-        pending = list(by_tid)
-        deadline = time.monotonic() + self.leases.ttl_s + _FORWARD_GRACE_S
-        while pending:
-            own, remote = self._route(locs, pending, forwarded=forwarded)
-            groups = by_holder(remote)
-            retry: list[str] = []
-            with self.leases.using(list(own)), ThreadPoolExecutor(
-                    max(1, len(groups)), thread_name_prefix="kudu-forward") as pool:
-                forwards = {pool.submit(SessionClient(addr).lead_commit, table,
-                                        [r.encode() for t in tids for r in by_tid[t]]): tids
-                            for addr, tids in groups.items()}
-                self._commit_own(table, {t: by_tid[t] for t in own}, own, tally)
-                for fut in as_completed(forwards):
-                    tids = forwards[fut]
-                    try:
-                        summary = fut.result()
-                    except RowWriteError as e:
-                        tally.remote_done(tids, by_tid, e.rows_written, e.errors)
-                    except (SessionUnreachableError, NotLeaderError) as e:
-                        if time.monotonic() < deadline:  # nothing was proposed: route again
-                            retry.extend(tids)
-                        else:
-                            tally.fail(RoundFailedError(
-                                f"table {table}: tablets {tids} are led by another client "
-                                f"that did not take the write ({e}); nothing was written "
-                                f"to them"))
-                    except KuduError as e:
-                        tally.fail(RoundFailedError(
-                            f"table {table}: the write to tablets {tids}, forwarded to the "
-                            f"client leading them, was not acknowledged ({e}); its rows "
-                            f"may or may not have been applied, so retry the write (an "
-                            f"upsert retry is harmless)"))
-                    else:
-                        tally.remote_done(tids, by_tid, summary.rows_written, [])
-            pending = retry
-            if pending:
-                time.sleep(_FORWARD_RETRY_S)  # the holder's lease lapses within the deadline
-        if tally.failure is not None:
-            raise tally.failure
-        summary = WriteSummary(tally.written, len(tally.errors), len(by_tid))
-        if tally.errors:
-            sample = "; ".join(f"{s} {r}" for _, r, s, _ in tally.errors[:3])
-            raise RowWriteError(
-                f"failed to write {len(tally.errors)} rows to table {table} "
-                f"({tally.written} written); sample errors: {sample}", tally.errors,
-                tally.written)
-        return summary
-
-    def _commit_own(self, table: str, refs: dict[str, list[StagedRef]],
-                    leaders: dict[str, TabletLeader], tally: _Tally) -> None:
-        """Replicate the batches of tablets this client leads, into ``tally``."""
-        if not refs:
-            return
-        futures: dict[Future[WriteOutcome], tuple[str, list[StagedRef]]] = {}
-        for tid, batch_refs in refs.items():
-            # Only insert, update and delete can fail per row; the others return once
-            # committed, without waiting a round for the replicas' per-row results.
-            fut = self._service.submit(leaders[tid], [r.encode() for r in batch_refs],
-                                       want_results=any(r.op in _MAY_FAIL_PER_ROW
-                                                        for r in batch_refs))
-            futures[fut] = (tid, batch_refs)
-        failed = False
-        for fut in as_completed(futures):
-            tid, batch_refs = futures[fut]
-            try:
-                outcome = fut.result()
-            except KuduError as e:  # fenced by another writer, or no majority
-                failed = True
-                with self._lock:
-                    self._leaders.pop(tid, None)  # elect again next time
-                if isinstance(e, FencedError):
-                    self.leases.distrust(tid)  # someone else led: is the lease still ours?
-                kind = FencedError if isinstance(e, FencedError) else RoundFailedError
-                tally.fail(kind(
-                    f"table {table}: the write to tablet {tid} was not acknowledged ({e}); "
-                    f"its rows may or may not have been applied, so retry the write (an "
-                    f"upsert retry is harmless)"))
-                continue
-            tally.own_done(tid, outcome, batch_refs)
-        self._report_failed(leaders[t] for t in refs)
-        if not failed:
-            self._report_commits([leaders[t] for t in refs])
-
-    def _report_failed(self, leaders: Iterable[TabletLeader]) -> None:
-        """Tell the master about replicas that answered "failed" (corrupt files, full disk):
-        it marks them REPLACE and the healer replaces them (peer.py, failed replicas)."""
-        for lead in leaders:
-            for ts, why in list(lead.failed_replicas.items()):
-                key = (lead.tablet.tablet_id, ts)
-                if key in self._failed_reported:
-                    continue
-                try:
-                    self.master.set_replace(lead.tablet.tablet_id, ts)
-                except NotFoundError:  # already out of the config (replaced): nothing to do
-                    self._failed_reported.add(key)
-                    continue
-                except KuduError as e:  # retried with the next write or healing pass
-                    _log.warning("could not report failed replica %s of tablet %s: %s", ts,
-                                 lead.tablet.tablet_id, e)
-                    continue
-                self._failed_reported.add(key)
-                _log.warning("replica %s of tablet %s failed (%s): marked for replacement",
-                             ts, lead.tablet.tablet_id, why)
-
-    def _report_commits(self, leaders: Sequence[TabletLeader]) -> None:
-        """Record each tablet's leader, term and commit index in the master (DESIGN §3: scans
-        and tools read what is committed from there). One heartbeat per leader replica's
-        tablet server carries all its tablets."""
-        by_ts: dict[str, list[dict[str, Any]]] = {}
-        for lead in leaders:
-            node = lead.node
-            if node is None:
-                continue
-            by_ts.setdefault(lead.leader_id, []).append(TabletReport(
-                lead.tablet.tablet_id, node.term, leader=lead.leader_id,
-                committed_index=node.commit_index).to_dict())
-        if not by_ts:
-            return
-        servers = {s.uuid: s for s in self.servers}
-        address = self.master.leader_address()
-        for ts, reports in by_ts.items():
-            loc = servers[ts]
-            self.master.heartbeat_to(address, loc.meta(), reports)
-
-    def _leaders_for(self, locs: TableLocations, tablet_ids: Sequence[str],
-                     exclude: frozenset[str] = frozenset()) -> dict[str, TabletLeader]:
-        """This client's leader of each tablet, electing the missing ones together
-        (:func:`elect_all`: four shared rounds), trying each reachable voter in turn.
-        A leader acting for a replica in ``exclude`` is given up and another elected."""
-        with self._lock:
-            for tid in tablet_ids:
-                cur = self._leaders.get(tid)
-                if cur is not None and cur.leader_id in exclude:
-                    cur.abandon(f"replica {cur.leader_id} is leaving tablet {tid}")
-            missing = [t for t in locs.tablets if t.tablet_id in set(tablet_ids)
-                       and (self._leaders.get(t.tablet_id) is None
-                            or self._leaders[t.tablet_id].node is None)]
-            unreachable = self.transport.unreachable() | exclude
-            candidates = {t.tablet_id: [v for v in t.voters if v not in unreachable]
-                          for t in missing}
-            voters = {t.tablet_id: t.voters for t in missing}
-            errors: dict[str, KuduError] = {}
-            while candidates:
-                batch = [TabletLeader(TabletReplicas(tid, voters[tid]), cands.pop(0),
-                                      self.transport)
-                         for tid, cands in candidates.items() if cands]
-                if not batch:
-                    break
-                elected = elect_all(self.transport, batch)
-                self._report_failed(batch)
-                for lead, res in elected.items():
-                    tid = lead.tablet.tablet_id
-                    if isinstance(res, Exception):
-                        errors[tid] = res
-                    else:
-                        self._leaders[tid] = lead
-                        candidates.pop(tid, None)
-                candidates = {tid: c for tid, c in candidates.items() if c}
-            failed = [tid for tid in tablet_ids if tid not in self._leaders
-                      or self._leaders[tid].node is None]
-            if failed:
-                raise RoundFailedError(
-                    f"tablets {failed}: no replica could become leader (last errors: "
-                    + "; ".join(str(errors.get(t, "no reachable replica")) for t in failed[:3])
-                    + ")")
-            return {tid: self._leaders[tid] for tid in tablet_ids}
-
-    def _route(self, locs: TableLocations, tablet_ids: Sequence[str], *,
-               forwarded: bool = False, exclude: frozenset[str] = frozenset()
-               ) -> tuple[dict[str, TabletLeader], dict[str, SessionAddress]]:
-        """Split ``tablet_ids`` into the ones this client leads (their leaders, elected as
-        needed, see :meth:`_leaders_for`) and the ones another client holds the lease of
-        (its session service). A cached leader of a tablet whose lease this client did not
-        hold is dropped (another client may have led it meanwhile: elect again rather than
-        fail the next write as fenced). ``forwarded``: another client sent this work here,
-        so every tablet must be this client's (``NotLeaderError`` otherwise)."""
-        fresh = {t for t in tablet_ids
-                 if self.leases.enabled and not self.leases.holds(t)}
-        holders = self.leases.route(tablet_ids)
-        remote = {t: a for t, a in holders.items() if a is not None}
-        if remote and forwarded:
-            raise NotLeaderError(
-                f"client {self.client_id} does not lead tablets {sorted(remote)} (their "
-                f"leases are another client's now): route the request again")
-        with self._lock:
-            for t in remote.keys() | fresh:
-                self._leaders.pop(t, None)
-        own = [t for t in tablet_ids if t not in remote]
-        return (self._leaders_for(locs, own, exclude=exclude) if own else {}), remote
-
-    def read_points(self, table: str, tablet_ids: Sequence[str], *, forwarded: bool = False
-                    ) -> dict[str, tuple[str, int]]:
-        """Per tablet: its leader replica and the index of an empty entry committed after
-        this call began (see ``read_table``'s ``linearizable``); tablets another client
-        leads are asked of it. ``forwarded`` as for :meth:`commit_staged`."""
-        return self._read_points(self.master.get_table(table), tablet_ids, forwarded=forwarded)
-
-    def _read_points(self, locs: TableLocations, tablet_ids: Sequence[str], *,
-                     forwarded: bool = False) -> dict[str, tuple[str, int]]:
-        """:meth:`read_points`. A leader fenced by another writer meanwhile is elected
-        again, and a forward that found no leader is routed again, once."""
-        failure: KuduError | None = None
-        for _ in range(2):
-            own, remote = self._route(locs, tablet_ids, forwarded=forwarded)
-            futures = {tid: self._service.submit(lead, [b""]) for tid, lead in own.items()}
-            points: dict[str, tuple[str, int]] = {}
-            failure = None
-            for addr, tids in by_holder(remote).items():
-                try:
-                    points.update(SessionClient(addr).lead_read(locs.table.name, tids))
-                except KuduError as e:
-                    failure = failure or e
-            for tid, fut in futures.items():
-                try:
-                    ((index, _, _),) = fut.result()
-                except KuduError as e:  # fenced, or no majority: elect again
-                    with self._lock:
-                        self._leaders.pop(tid, None)
-                    failure = failure or e
-                    continue
-                points[tid] = (own[tid].leader_id, index)
-            if failure is None:
-                return points
-        assert failure is not None
-        raise failure
-
     # -- reads -------------------------------------------------------------------------------
     def read_table(self, name: str, columns: Sequence[str] | None = None,
                    predicates: Sequence[Predicate] = (), snapshot: int | None = None,
@@ -865,7 +445,7 @@ class KuduContext(ReplicaManagement):
                    ) -> DataFrame:
         """A lazy DataFrame over ``name``: one partition per tablet left after pruning with
         ``predicates``, preferring the hosts of the replicas it may read; a task placed
-        elsewhere reads through the replica host's tablet server (:mod:`.scan`).
+        elsewhere reads through the replica host's tablet server (:mod:`.reads`).
 
         ``locality``: ``closest_replica`` (every voter is eligible, the closest to the task
         is read) or ``leader_only``.
@@ -883,7 +463,7 @@ class KuduContext(ReplicaManagement):
           thesis §6.4, a read through the log). Costs a round, and like a write it fences
           another writer's leadership of those tablets. ``locality`` does not apply.
         """
-        return scan.read_table(self, name, columns, predicates, snapshot, locality, read_mode)
+        return reads.read_table(self, name, columns, predicates, snapshot, locality, read_mode)
 
     def scan_tokens(self, name: str, columns: Sequence[str] | None = None,
                     predicates: Sequence[Predicate] = (), snapshot: int | None = None,
@@ -892,7 +472,7 @@ class KuduContext(ReplicaManagement):
         """The scan :meth:`read_table` would run, as one token per tablet (kudu-spark's
         ``KuduScanToken``): its eligible replicas, read point and preferred hosts. Run one
         anywhere with :func:`~pyspark_kudu.spark.host.replica_reader.read_tablet`."""
-        return scan.scan_tokens(self, name, columns, predicates, snapshot, locality,
+        return reads.scan_tokens(self, name, columns, predicates, snapshot, locality,
                                 read_mode)[0]
 
     def server_locations(self) -> dict[str, str | None]:
@@ -942,108 +522,6 @@ def _cluster_secret(spark: SparkSession) -> str:
     if conf_root:
         env[CONF_DATA_ROOT_ENV] = conf_root
     return secret
-
-
-# -- settings ------------------------------------------------------------------------------
-
-# The embedded master's settings, each with the flag of `pyspark-kudu master run` that sets
-# it on a standalone master (pyspark_kudu/tools/cli.py).
-_MAPPING_CMD_FLAG = "--location-mapping-cmd"
-_MAPPING_TIMEOUT_FLAG = "--location-mapping-timeout-s"
-_FAILED_AFTER_FLAG = "--follower-unavailable-considered-failed-sec"
-
-
-def _embedded_master_settings(conf: SparkConf, master: str | None, cmd: str | None,
-                              timeout_s: float | None, failed_after_s: float | None
-                              ) -> dict[str, Any]:
-    """The keyword arguments of the embedded :class:`EmbeddedMaster` (``master`` None).
-
-    Raises:
-        InvalidArgumentError: with a standalone ``master``, any of these settings given as
-            an argument or a Spark setting (the standalone master would never see it); an
-            invalid timeout.
-    """
-    if master is not None:
-        has = conf.contains
-        given = [(name, flag) for name, flag, is_set in (
-            ("location_mapping_cmd", _MAPPING_CMD_FLAG, cmd is not None),
-            ("location_mapping_timeout_s", _MAPPING_TIMEOUT_FLAG, timeout_s is not None),
-            ("failed_after_s", _FAILED_AFTER_FLAG, failed_after_s is not None),
-            (LOCATION_MAPPING_CMD_CONF, _MAPPING_CMD_FLAG, has(LOCATION_MAPPING_CMD_CONF)),
-            (LOCATION_MAPPING_TIMEOUT_CONF, _MAPPING_TIMEOUT_FLAG,
-             has(LOCATION_MAPPING_TIMEOUT_CONF)),
-            (FAILED_AFTER_CONF, _FAILED_AFTER_FLAG, has(FAILED_AFTER_CONF)),
-        ) if is_set]
-        if given:
-            flags = " ".join(dict.fromkeys(f"{f} ..." for _, f in given))
-            raise InvalidArgumentError(
-                f"{', '.join(n for n, _ in given)}: setting(s) of the embedded master, but this "
-                f"KuduContext uses the standalone masters {master}, which never see them; a "
-                f"standalone master takes them on its own command line (pyspark-kudu master run "
-                f"{flags}, or its --conf file): drop them here")
-        return {}
-    return {
-        "location_mapping_cmd": cmd if cmd is not None else conf.get(
-            LOCATION_MAPPING_CMD_CONF, None),
-        "location_mapping_timeout_s": _seconds(conf, LOCATION_MAPPING_TIMEOUT_CONF,
-                                               DEFAULT_MAPPING_TIMEOUT_S,
-                                               "location_mapping_timeout_s", timeout_s),
-        "follower_unavailable_considered_failed_s": _seconds(
-            conf, FAILED_AFTER_CONF, 300.0, "failed_after_s", failed_after_s),
-    }
-
-
-def _seconds(conf: SparkConf, key: str, default: float, arg_name: str = "",
-             arg: float | None = None, *, zero_ok: bool = False) -> float:
-    """A timeout or interval: the argument ``arg_name`` if given (not None), else the Spark
-    setting ``key`` if set, else ``default``.
-
-    Raises:
-        InvalidArgumentError: the value is zero (unless ``zero_ok``: 0 means something, as
-            no leases), negative or not a finite number; naming the argument or setting.
-            A 0 is refused rather than replaced by the default, which would ignore it.
-    """
-    source: str
-    if arg is not None:
-        source, value = arg_name, float(arg)
-    else:
-        raw = conf.get(key, None)
-        if raw is None:
-            return default
-        source = key
-        try:
-            value = float(raw)
-        except ValueError:
-            raise InvalidArgumentError(
-                f"{key}={raw!r} is not a number of seconds (default {default:g})") from None
-    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
-        least = "0 or more" if zero_ok else "more than 0"
-        raise InvalidArgumentError(
-            f"{source}={value:g} is not usable: it must be {least} seconds "
-            f"(default {default:g})")
-    return value
-
-
-def _heal_max_moves(conf: SparkConf, default: int = 4) -> int:
-    """``spark.kudu.heal.maxMoves``, else ``default``.
-
-    Raises:
-        InvalidArgumentError: not an integer, or less than 1: a healer allowed no move would
-            quietly never heal (``spark.kudu.heal.enabled=false`` says so instead).
-    """
-    raw = conf.get(HEAL_MAX_MOVES_CONF, None)
-    if raw is None:
-        return default
-    try:
-        n = int(raw)
-    except ValueError:
-        raise InvalidArgumentError(
-            f"{HEAL_MAX_MOVES_CONF}={raw!r} is not an integer (default {default})") from None
-    if n < 1:
-        raise InvalidArgumentError(
-            f"{HEAL_MAX_MOVES_CONF}={n} is not usable: it must be 1 or more (default "
-            f"{default}); to stop healing set {HEAL_ENABLED_CONF}=false")
-    return n
 
 
 def _task_usage_error(e: Exception) -> InvalidArgumentError | None:

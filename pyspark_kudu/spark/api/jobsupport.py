@@ -36,7 +36,8 @@ def parse_job_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None
 
 
 def add_context_args(p: argparse.ArgumentParser) -> None:
-    """``--master``, ``--warehouse`` and ``--local-tablet-servers``."""
+    """``--master``, ``--warehouse``, ``--local-tablet-servers`` and the embedded master's
+    ``--location-mapping-cmd``, ``--location-mapping-timeout-s`` and ``--failed-after-s``."""
     p.add_argument("--master", metavar="ADDRESSES",
                    help="standalone masters host:port,...; default: a master embedded in this "
                         "driver, keeping its catalog under --warehouse")
@@ -45,6 +46,13 @@ def add_context_args(p: argparse.ArgumentParser) -> None:
                         "servers' data (default: spark.kudu.warehouse, else ./kudu-warehouse)")
     p.add_argument("--local-tablet-servers", type=int, default=3, metavar="N",
                    help="virtual tablet servers in local[*] mode (default 3)")
+    p.add_argument("--location-mapping-cmd", metavar="CMD",
+                   help="embedded master only: the command that maps a tablet server's host "
+                        "to its location, e.g. 'conf/location_mapping.sh conf/topology.txt' "
+                        "(default spark.kudu.locationMappingCmd, else none: no locations)")
+    p.add_argument("--location-mapping-timeout-s", type=float, metavar="S",
+                   help="embedded master only: how long the mapping command may run "
+                        "(default spark.kudu.locationMappingTimeoutSec, else 10)")
     p.add_argument("--failed-after-s", type=float, metavar="S",
                    help="embedded master only: a tablet server unheard of for S seconds has "
                         "its replicas replaced (follower_unavailable_considered_failed_sec; "
@@ -73,4 +81,7 @@ def open_context(session: SparkSession, args: argparse.Namespace) -> KuduContext
     """The KuduContext the options of :func:`add_context_args` describe."""
     return KuduContext(session, args.master, warehouse=args.warehouse,
                        local_tablet_servers=args.local_tablet_servers,
+                       location_mapping_cmd=getattr(args, "location_mapping_cmd", None),
+                       location_mapping_timeout_s=getattr(args, "location_mapping_timeout_s",
+                                                          None),
                        failed_after_s=getattr(args, "failed_after_s", None))

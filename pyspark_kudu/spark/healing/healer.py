@@ -2,8 +2,8 @@
 
 There are no storage daemons (DESIGN §1), so the process that can copy a tablet is a client
 that runs Spark jobs. :class:`Healer` runs in the
-:class:`~pyspark_kudu.spark.api.context.KuduContext`
-(``spark.kudu.heal.enabled``, default on) and, every ``interval_s``:
+:class:`~pyspark_kudu.spark.api.context.KuduContext` (``spark.kudu.heal.enabled``, default on)
+and, every ``interval_s``:
 
 1. asks the leader master for its re-replication plan
    (:func:`~pyspark_kudu.master.redrive.replication_plan`): the master alone decides which

@@ -1,6 +1,6 @@
-"""The client's side of self-healing: what :class:`~pyspark_kudu.spark.healing.healer.Healer` asks
-of
-a :class:`~pyspark_kudu.spark.api.context.KuduContext` (``HealerTarget``), and operator tools.
+"""The client's side of self-healing: what :class:`~pyspark_kudu.spark.healing.healer.Healer`
+asks of a :class:`~pyspark_kudu.spark.api.context.KuduContext` (``HealerTarget``), and operator
+tools.
 
 There are no storage daemons (DESIGN §1): the master plans, and a client carries the plan
 out with Spark jobs on the tablets' leaders. :class:`ReplicaManagement` is the part of
@@ -10,9 +10,9 @@ out with Spark jobs on the tablets' leaders. :class:`ReplicaManagement` is the p
   failed replicas this client saw;
 - ``execute_replication_actions``: actions of different tablets concurrently, their rounds
   shared (:class:`~pyspark_kudu.spark.replication.sharedrounds.SharedRounds`), each reported to the
-  master as a new configuration; an action on a tablet another client leads (holds the
-  lease of, :mod:`~pyspark_kudu.spark.replication.lease_keeper`) is sent to that client, so a
-  tablet copy is never fenced by
+  master as a new configuration; an action on a tablet another client leads (holds the lease of,
+  :mod:`~pyspark_kudu.spark.replication.lease_keeper`) is sent to that client, so a tablet copy
+  is never fenced by
   that client's next write;
 - ``sweep_replicas``: deletes replicas the catalog says are evicted or orphaned;
 - ``recover_tablet``: the unsafe recovery of a tablet that lost a majority.

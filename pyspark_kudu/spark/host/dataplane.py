@@ -12,8 +12,8 @@ never pass through the driver. The pieces:
 2. **Proposal**: the driver proposes each ref as the *data of a Raft entry*. The leader's log
    in the driver therefore holds refs of a few hundred bytes, not rows.
 3. **Delivery** (``SparkTransport._run_with_data`` in
-:mod:`~pyspark_kudu.spark.replication.spark_rounds`):
-   a round whose requests carry ref entries is one job of two stages. The map stage runs a
+   :mod:`~pyspark_kudu.spark.replication.spark_rounds`): a round whose requests carry ref
+   entries is one job of two stages. The map stage runs a
    task pinned to each staging host that reads the staged files and emits
    ``(destination host, bytes)`` for every replica host that needs them; Spark shuffles
    them. The barrier stage zips the pinned per-host requests with the shuffle's partitions

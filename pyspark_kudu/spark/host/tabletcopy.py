@@ -63,8 +63,8 @@ from pyspark_kudu.spark.host.dataplane import STAGING_DIR, StagedRef
 from pyspark_kudu.spark.host.replica_cache import ReplicaHandle
 from pyspark_kudu.spark.host.wal_committed_log import WalCommittedLog
 from pyspark_kudu.tablet import Tablet
+from pyspark_kudu.tablet.committed_log import MemoryLog
 from pyspark_kudu.tablet.copy import CopyChunk, TabletCopySource, install_tablet_copy
-from pyspark_kudu.tablet.log import MemoryLog
 from pyspark_kudu.tablet.superblock import SUPERBLOCK_FILE
 
 __all__ = ["COPYING_FILE", "PART_BYTES", "CopyOut", "copy_out", "install_copy", "part_refs"]

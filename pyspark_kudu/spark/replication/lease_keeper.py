@@ -4,8 +4,8 @@ Before leading a tablet (electing itself, proposing, changing its config) a clie
 master for the tablet's lease: granted, it leads as before; held by another live client, it
 *forwards* the work to that client's session service (``lead_commit``, ``lead_read``,
 ``lead_heal``, :mod:`~pyspark_kudu.spark.api.session_service`) instead of electing itself and
-fencing the holder. So two
-writers of one tablet share one leader, as Kudu's clients share the tablet server that leads
+fencing the holder. So two writers of one tablet share one leader, as Kudu's clients share the
+tablet server that leads
 it, and a long config change (a tablet copy) is not fenced by another client's next write.
 
 A lease this client holds is trusted without asking the master again while at least a

@@ -1,8 +1,7 @@
 """Rounds shared by many tablets' leaders: one Spark stage per step for all of them.
 
 A :class:`~pyspark_kudu.spark.replication.tablet_leader.TabletLeader` splits each round in two
-halves
-(``start_round`` / ``finish_round``) so that the functions here can merge the requests of
+halves (``start_round`` / ``finish_round``) so that the functions here can merge the requests of
 many leaders into ONE round (DESIGN §4: a stage costs ~0.3 s whatever it carries):
 :func:`elect_all` (four shared rounds for any number of elections), :func:`run_round`,
 :func:`replicate` (rounds until every leader's batches committed) and

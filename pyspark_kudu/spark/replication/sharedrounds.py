@@ -1,8 +1,8 @@
 """Shared rounds: several threads each driving one tablet's leader, one stage per round.
 
 Membership changes and tablet copies
-(:meth:`~pyspark_kudu.spark.replication.tablet_leader.TabletLeader.add_replica`)
-are written as straight-line code per tablet: propose, run a round, look at the answers, run
+(:meth:`~pyspark_kudu.spark.replication.tablet_leader.TabletLeader.add_replica`) are written as
+straight-line code per tablet: propose, run a round, look at the answers, run
 the next. Healing several tablets at once with one thread each would make every thread's
 round its own Spark job (~0.3 s of scheduling each, DESIGN §4), and on a small cluster the
 jobs compete rather than overlap.

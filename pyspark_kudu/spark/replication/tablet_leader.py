@@ -4,8 +4,8 @@ DESIGN §3. The driver runs the leader's Raft state machine *on behalf of* one r
 (its node id is L's tablet-server UUID); L's durable state lives on L's host. Every exchange
 with replicas is a *round*: one request list per tablet server, executed by a
 :class:`~pyspark_kudu.spark.replication.peer_transport.PeerTransport` (a barrier stage of pinned
-tasks on a
-cluster, direct calls in tests), one response list back. Responses are stepped into the
+tasks on a cluster, direct calls in tests), one response list back. Responses are stepped into
+the
 ``RaftNode``. A round is taken in two halves (``start_round`` / ``finish_round``) so that many
 tablets' leaders share one (:mod:`pyspark_kudu.spark.replication.multitablet`); this module's
 ``elect`` / ``propose`` / ``flush`` are those shared rounds with one leader.

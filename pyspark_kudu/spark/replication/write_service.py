@@ -2,9 +2,9 @@
 
 A round costs a Spark stage (~0.1-0.3 s, DESIGN §4) whatever it carries, so a client with
 many writer threads must not run one stage per write. :class:`ReplicationService` owns the
-client's :class:`~pyspark_kudu.spark.replication.tablet_leader.TabletLeader`s and one round thread:
-writers
-:meth:`~ReplicationService.submit` batches and wait on a future; the round thread takes
+client's :class:`~pyspark_kudu.spark.replication.tablet_leader.TabletLeader`s and one round
+thread: writers :meth:`~ReplicationService.submit` batches and wait on a future; the round
+thread takes
 *everything* queued, appends it to the tablets' leaders and replicates all of it with
 :func:`~pyspark_kudu.spark.replication.multitablet.replicate` (one stage per round for all
 tablets). Writes

@@ -1,4 +1,4 @@
-"""Fault harness (issue 8, "Proof"): a workload under injected faults, a history checker and
+"""Fault harness: a workload under injected faults, a history checker and
 a report.
 
 * :mod:`.history` -- every operation as JSON lines (invoke, then ok / fail / info);

@@ -8,8 +8,8 @@ Shape of a run (``python -m pyspark_kudu.tools.faults --mode short --seed 1 --ou
    (:mod:`.master`), one Spark application with ``sessions`` SparkSessions (the first and
    ``newSession()``\\s of it), each with its own :class:`KuduContext`: independent clients.
    A tablet is led by the client holding its leadership lease
-   (:mod:`pyspark_kudu.spark.replication.lease_keeper`);
-   the others forward their writes, read points and replication actions to it, so a tablet
+   (:mod:`pyspark_kudu.spark.replication.lease_keeper`); the others forward their writes, read
+   points and replication actions to it, so a tablet
    copy is not fenced by the other writer (before leases the two fenced each other all run
    long and healing starved). Only the first context runs the healer. Reads are
    ``linearizable`` (``read_table``): a READ_LATEST read may miss another writer's
@@ -377,7 +377,7 @@ class _Watchdog:
 
 
 def _spark_session(master_url: str, cfg: HarnessConfig, deadline_s: float, want: int) -> Any:
-    from pyspark_kudu.testing.cluster import cluster_session
+    from pyspark_kudu.testing.standalone_cluster import cluster_session
 
     # SESSION_CONF (in cluster_session): a barrier stage that asks for a lost host's slot
     # fails fast instead of after the default 15 s x 40 checks (DESIGN §4).
@@ -412,7 +412,7 @@ def run(cfg: HarnessConfig, outdir: Path, schedule: Sequence[FaultEvent] | None 
     from pyspark_kudu.partitioning import HashDimension, PartitionSchema
     from pyspark_kudu.spark.api.context import KuduContext
     from pyspark_kudu.spark.pinned import executor_hosts
-    from pyspark_kudu.testing.cluster import StandaloneCluster
+    from pyspark_kudu.testing.standalone_cluster import StandaloneCluster
     from pyspark_kudu.tools.faults.master import MasterProcess
 
     outdir.mkdir(parents=True, exist_ok=True)

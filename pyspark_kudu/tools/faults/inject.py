@@ -10,7 +10,7 @@ Fault kinds (all on real processes; nothing is mocked):
   comes back (with replicas that missed writes).
 * ``lose_host`` -- SIGKILL the worker for good: its tablet server never returns, so full
   replication comes back only if the client re-replicates its tablets elsewhere (the
-  background healer, issue 8). Planned at most once, last, and only when the remaining
+  background healer). Planned at most once, last, and only when the remaining
   hosts can still hold ``rf`` replicas.
 * ``pause_host`` -- SIGSTOP the application's executor on a host and the Python processes
   it started, SIGCONT them after ``duration_s``: the host stops answering while Spark still
@@ -50,7 +50,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pyspark_kudu.testing.cluster import StandaloneCluster
+from pyspark_kudu.testing.standalone_cluster import StandaloneCluster
 from pyspark_kudu.wal.format import HEADER_SIZE, parse_frame
 
 __all__ = [

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from pyspark_kudu.master.catalog_replica import ReplicaOptions
 from pyspark_kudu.master.client import MasterClient
 from pyspark_kudu.master.entities import TServerMeta
 from pyspark_kudu.master.localcluster import free_ports
-from pyspark_kudu.master.replica import ReplicaOptions
 from pyspark_kudu.master.server import MasterServer, MasterServerConfig
 from pyspark_kudu.partitioning import HashDimension, PartitionSchema, RangePartition
 from pyspark_kudu.schema import ColumnSchema, Schema

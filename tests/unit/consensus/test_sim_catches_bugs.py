@@ -11,9 +11,9 @@ from collections.abc import Callable
 import pytest
 
 from pyspark_kudu.consensus import Message, Role, Snapshot
-from pyspark_kudu.consensus.log import RaftLog
 from pyspark_kudu.consensus.messages import NONE, Entry
 from pyspark_kudu.consensus.raft import RaftNode
+from pyspark_kudu.consensus.raft_log import RaftLog
 from pyspark_kudu.consensus.sim import SimulationFailure, simulate
 
 from . import test_paper_replication

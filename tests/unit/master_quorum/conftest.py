@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from pyspark_kudu.master.catalog_replica import ReplicaOptions
 from pyspark_kudu.master.embedded import EmbeddedMaster
 from pyspark_kudu.master.entities import TServerMeta
-from pyspark_kudu.master.replica import ReplicaOptions
 from pyspark_kudu.schema import ColumnSchema, Schema
 from tests.waiting import wait_until
 

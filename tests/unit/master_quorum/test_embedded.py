@@ -15,9 +15,9 @@ from pyspark_kudu.errors import (
     NotLeaderError,
     ServiceUnavailableError,
 )
+from pyspark_kudu.master.catalog_replica import ReplicaOptions
 from pyspark_kudu.master.embedded import EmbeddedMaster
 from pyspark_kudu.master.entities import TableState, TabletState
-from pyspark_kudu.master.replica import ReplicaOptions
 from pyspark_kudu.partitioning import HashDimension, PartitionSchema
 from pyspark_kudu.schema import ColumnSchema
 

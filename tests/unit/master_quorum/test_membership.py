@@ -8,10 +8,10 @@ import pytest
 
 from pyspark_kudu.consensus.storage import MemoryStorage
 from pyspark_kudu.errors import AlreadyPresentError, NotFoundError, NotLeaderError
+from pyspark_kudu.master.catalog_replica import MasterReplica, bootstrap_group
 from pyspark_kudu.master.client import MasterClient
-from pyspark_kudu.master.replica import MasterReplica, bootstrap_group
-from pyspark_kudu.master.service import MasterService
-from pyspark_kudu.master.transport import LocalNetwork
+from pyspark_kudu.master.master_service import MasterService
+from pyspark_kudu.master.raft_transport import LocalNetwork
 
 from .conftest import FAST, SCHEMA, wait_until
 

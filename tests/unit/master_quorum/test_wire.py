@@ -16,8 +16,8 @@ from pyspark_kudu.consensus.messages import (
     SnapshotMetadata,
 )
 from pyspark_kudu.errors import InvalidArgumentError
+from pyspark_kudu.master.raft_transport import Envelope, decode_envelopes, encode_envelopes
 from pyspark_kudu.master.server import parse_peers
-from pyspark_kudu.master.transport import Envelope, decode_envelopes, encode_envelopes
 from pyspark_kudu.tools import cli
 
 

@@ -1,6 +1,6 @@
 """Shared rounds for membership changes (spark/replication/sharedrounds.py): concurrent replica
-adds of
-several tablets run as one round per step, and each tablet gets exactly its own answers."""
+adds of several tablets run as one round per step, and each tablet gets exactly its own
+answers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A file-backed :class:`~pyspark_kudu.tablet.log.CommittedLog` stub for tests.
+"""A file-backed :class:`~pyspark_kudu.tablet.committed_log.CommittedLog` stub for tests.
 
 Stands in for the durable WAL until ``pyspark_kudu.wal`` lands: one append-only file of
 ``[u64 index][u64 term][u32 length][data]`` frames, fsynced on every append; a torn last frame
@@ -15,7 +15,7 @@ import struct
 from collections.abc import Iterator
 
 from pyspark_kudu.errors import CompactedError
-from pyspark_kudu.tablet.log import LogRecord
+from pyspark_kudu.tablet.committed_log import LogRecord
 
 _FRAME = struct.Struct(">QQI")
 

@@ -61,8 +61,8 @@ from pyspark_kudu.errors import (
     TimedOutError,
 )
 from pyspark_kudu.master.catalog import Catalog, apply, apply_conf_change, apply_entry
+from pyspark_kudu.master.raft_transport import Envelope, Transport
 from pyspark_kudu.master.records import Record, encode_record
-from pyspark_kudu.master.transport import Envelope, Transport
 
 __all__ = [
     "MasterReplica",

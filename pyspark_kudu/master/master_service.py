@@ -44,6 +44,7 @@ from pyspark_kudu.errors import (
     TimedOutError,
 )
 from pyspark_kudu.master.catalog import Catalog, apply
+from pyspark_kudu.master.catalog_replica import MasterReplica
 from pyspark_kudu.master.ddl import build_alter_table, build_create_table, build_delete_table
 from pyspark_kudu.master.entities import ConstraintMeta, TServerMeta
 from pyspark_kudu.master.leases import LeaseTable
@@ -56,7 +57,6 @@ from pyspark_kudu.master.records import (
     UpdateTablets,
 )
 from pyspark_kudu.master.redrive import pending_actions, rebalance_actions, replication_plan
-from pyspark_kudu.master.replica import MasterReplica
 from pyspark_kudu.partitioning import PartitionSchema
 from pyspark_kudu.schema import ColumnSchema, Schema
 

@@ -1,0 +1,474 @@
+"""The write path of a ``KuduContext``: rows routed, encoded and staged on the executors
+that hold them, then replicated by this client's tablet leaders -- or forwarded to the client
+holding a tablet's leadership lease -- with Kudu's per-row errors.
+
+:class:`WritePath` is a mixin over the context's master client, tablet servers, replication
+service and leaders (the same shape as
+:class:`~pyspark_kudu.spark.healing.replica_management.ReplicaManagement`).
+
+Thread-safety: as ``KuduContext``: writes from several threads share rounds; leaders are
+looked up and elected under the context's lock.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from pyspark_kudu.errors import (
+    FencedError,
+    InvalidArgumentError,
+    KuduError,
+    NotFoundError,
+    NotLeaderError,
+    RoundFailedError,
+    RowWriteError,
+    SessionUnreachableError,
+)
+from pyspark_kudu.master.client import MasterClient, TableLocations
+from pyspark_kudu.master.records import TabletReport
+from pyspark_kudu.partitioning import Partitioner, PartitionSchema
+from pyspark_kudu.spark.api.source_options import OPERATIONS, check_write_columns
+from pyspark_kudu.spark.host.dataplane import (
+    StagedRef,
+    StagingJanitor,
+    stage_batches,
+    staging_schema,
+)
+from pyspark_kudu.spark.replication.lease_keeper import LeaseKeeper, by_holder
+from pyspark_kudu.spark.replication.multitablet import elect_all
+from pyspark_kudu.spark.replication.session_client import SessionAddress, SessionClient
+from pyspark_kudu.spark.replication.spark_rounds import (
+    SparkTransport,
+    TabletServerLocation,
+    root_cause,
+)
+from pyspark_kudu.spark.replication.tablet_leader import TabletLeader, TabletReplicas
+from pyspark_kudu.spark.replication.write_service import (
+    ReplicationService,
+    WriteOutcome,
+    WriteProgress,
+    WriteSummary,
+)
+from pyspark_kudu.tablet import OpType
+
+__all__ = ["WritePath"]
+
+_log = logging.getLogger(__name__)
+
+_MAX_BATCH_ROWS = 65536
+
+
+_MAY_FAIL_PER_ROW = (int(OpType.INSERT), int(OpType.UPDATE), int(OpType.DELETE))
+_FORWARD_GRACE_S = 15.0  # past the lease: how long a forward that found no leader re-routes
+_FORWARD_RETRY_S = 0.5
+
+
+class _Tally:
+    """What one write committed so far, from this client's rounds and forwards.
+    Thread-safety: confined to the thread running ``commit_staged``."""
+
+    def __init__(self, progress: Callable[[WriteProgress], None] | None) -> None:
+        self.progress = progress
+        self.errors: list[tuple[str, dict[str, object], str, str]] = []
+        self.written = self.rows_done = self.batches_done = 0
+        self.rows_total = self.batches_total = 0
+        self.failure: KuduError | None = None
+
+    def fail(self, e: KuduError) -> None:
+        self.failure = self.failure or e
+
+    def own_done(self, tid: str, outcome: WriteOutcome, refs: Sequence[StagedRef]) -> None:
+        for (_, _, result), ref in zip(outcome, refs, strict=True):
+            if result is None:
+                self.written += ref.rows
+            else:
+                self.written += result.num_rows - len(result.errors)
+                self.errors.extend((tid, e.key or {}, e.status, e.message)
+                                   for e in result.errors)
+            self.rows_done += ref.rows
+            self.batches_done += 1
+        self._report()
+
+    def remote_done(self, tids: Sequence[str], refs: dict[str, list[StagedRef]],
+                    written: int, errors: Sequence[tuple[str, dict[str, object], str, str]]
+                    ) -> None:
+        self.written += written
+        self.errors.extend(errors)
+        self.rows_done += sum(r.rows for t in tids for r in refs[t])
+        self.batches_done += sum(len(refs[t]) for t in tids)
+        self._report()
+
+    def _report(self) -> None:
+        if self.progress is not None:
+            self.progress(WriteProgress(self.rows_done, self.rows_total, self.batches_done,
+                                        self.batches_total))
+
+
+class WritePath:
+    """Writes of a ``KuduContext`` (see the module docstring)."""
+
+    spark: SparkSession
+    master: MasterClient
+    servers: list[TabletServerLocation]
+    transport: SparkTransport
+    warehouse: str
+    client_id: str
+    leases: LeaseKeeper
+    _local: bool
+    _service: ReplicationService
+    _janitor: StagingJanitor
+    _lock: threading.Lock
+    _leaders: dict[str, TabletLeader]
+    _failed_reported: set[tuple[str, str]]
+
+    # -- writes ------------------------------------------------------------------------------
+    def insert_rows(self, df: DataFrame, table: str) -> WriteSummary:
+        return self.write(df, table, "insert")
+
+    def insert_ignore_rows(self, df: DataFrame, table: str) -> WriteSummary:
+        return self.write(df, table, "insert_ignore")
+
+    def upsert_rows(self, df: DataFrame, table: str) -> WriteSummary:
+        return self.write(df, table, "upsert")
+
+    def update_rows(self, df: DataFrame, table: str) -> WriteSummary:
+        return self.write(df, table, "update")
+
+    def update_ignore_rows(self, df: DataFrame, table: str) -> WriteSummary:
+        return self.write(df, table, "update_ignore")
+
+    def delete_rows(self, df: DataFrame, table: str) -> WriteSummary:
+        return self.write(df, table, "delete")
+
+    def delete_ignore_rows(self, df: DataFrame, table: str) -> WriteSummary:
+        return self.write(df, table, "delete_ignore")
+
+    def write(self, df: DataFrame, table: str, operation: str = "upsert", *,
+              progress: Callable[[WriteProgress], None] | None = None,
+              batch_rows: int = _MAX_BATCH_ROWS, repartition: bool = False,
+              repartition_sort: bool = True) -> WriteSummary:
+        """Write ``df``'s rows to ``table`` with Kudu's ``operation``; returns once every
+        batch is committed on a majority of its tablet's replicas.
+
+        The rows are routed and encoded on the executors that hold them and shuffled to the
+        replicas' hosts (:mod:`~pyspark_kudu.spark.host.dataplane`); only small refs reach the
+        driver. ``progress`` is called as tablets' batches commit.
+
+        ``repartition=True`` (kudu-spark's ``kudu.repartition``) first shuffles the rows so
+        that each staging task holds one tablet's rows, sorted by primary key unless
+        ``repartition_sort=False`` (``kudu.repartition.sort``): each tablet then receives
+        batches of up to ``batch_rows`` rows from one task instead of a batch from every
+        input partition (:mod:`~pyspark_kudu.spark.api.repartition`).
+
+        Raises:
+            InvalidArgumentError: unknown operation, a column the table lacks, a missing key
+                column, or values that do not fit the schema; nothing is written.
+            RowWriteError: some rows were rejected (e.g. duplicate keys for ``insert``); the
+                others are written and the error lists the rejected rows' keys.
+        """
+        op = OPERATIONS.get(operation)
+        if op is None:
+            raise InvalidArgumentError(
+                f"Unsupported operation type {operation!r}: use one of {sorted(OPERATIONS)}")
+        if batch_rows < 1:
+            raise InvalidArgumentError(f"batch_rows must be >= 1, got {batch_rows}")
+        locs = self.master.get_table(table)
+        schema = locs.table.schema
+        check_write_columns(df.columns, schema, table, struct=df.schema)
+        partitioner = Partitioner(schema, PartitionSchema.from_dict(
+            locs.table.partition_schema, schema))
+        write_id = uuid.uuid4().hex
+        staging_root = self.warehouse if self._local else None
+        if repartition:
+            # Imported here: only this method of the context uses it.
+            from pyspark_kudu.spark.api.repartition import repartition_by_tablet
+
+            df = repartition_by_tablet(df, partitioner,
+                                       schema.primary_key if repartition_sort else ())
+        try:
+            staged = df.mapInArrow(
+                stage_batches(schema, partitioner, op, write_id, staging_root, batch_rows),
+                staging_schema()).collect()
+        except Exception as e:  # the staging job failed: nothing was proposed
+            self._janitor.remove(write_id)
+            cause = root_cause(str(e))
+            if cause.startswith("InvalidArgumentError: "):
+                raise InvalidArgumentError(
+                    f"table {table}: {cause.removeprefix('InvalidArgumentError: ')}") from None
+            raise
+        refs = [StagedRef.decode(bytes(r["ref"])) for r in staged if r["ref"] is not None]
+        bad = [str(r["bad_row"]) for r in staged if r["bad_row"] is not None]
+        try:
+            return self.commit_staged(table, [r for r in refs if r is not None], bad,
+                                      progress=progress, locations=locs)
+        finally:
+            self.discard_staged(write_id)
+
+    def discard_staged(self, write_id: str) -> None:
+        """Remove a write's staged batches on every host (in the background)."""
+        self._janitor.remove(write_id)
+
+    def commit_staged(self, table: str, staged: Sequence[StagedRef],
+                      bad_rows: Sequence[str] = (), *,
+                      progress: Callable[[WriteProgress], None] | None = None,
+                      locations: TableLocations | None = None,
+                      forwarded: bool = False) -> WriteSummary:
+        """Replicate batches staged by :func:`~pyspark_kudu.spark.host.dataplane.stage_batches`
+        (by :meth:`write`, or by the ``kudu`` data source's writer tasks); returns once all
+        are committed. ``bad_rows`` are the JSON rows staging found in no range partition,
+        reported as per-row ``NotFound`` errors. The caller removes the staging afterwards
+        (:meth:`discard_staged`).
+
+        Tablets another client leads are forwarded to it (``lead_commit``); a forward that
+        could not be delivered, or reached a client that no longer leads, is routed again
+        until the lease it found lapses. ``forwarded``: this call is such a forward; a tablet
+        this client does not lead is refused (``NotLeaderError``) before anything is
+        proposed."""
+        locs = locations or self.master.get_table(table)
+        tally = _Tally(progress)
+        tally.errors.extend(("", json.loads(row), "NotFound", "row is in no range partition")
+                            for row in bad_rows)
+        refs: dict[int, list[StagedRef]] = {}
+        for ref in staged:
+            if not 0 <= ref.tablet < len(locs.tablets):
+                raise InvalidArgumentError(
+                    f"table {table}: staged batch {ref.path} names tablet {ref.tablet}, the "
+                    f"table has {len(locs.tablets)}; was it staged for another table?")
+            refs.setdefault(ref.tablet, []).append(ref)
+        tally.rows_total = sum(r.rows for rs in refs.values() for r in rs)
+        tally.batches_total = sum(len(rs) for rs in refs.values())
+        by_tid = {locs.tablets[p].tablet_id: refs[p] for p in sorted(refs)}
+        pending = list(by_tid)
+        deadline = time.monotonic() + self.leases.ttl_s + _FORWARD_GRACE_S
+        while pending:
+            own, remote = self._route(locs, pending, forwarded=forwarded)
+            groups = by_holder(remote)
+            retry: list[str] = []
+            with self.leases.using(list(own)), ThreadPoolExecutor(
+                    max(1, len(groups)), thread_name_prefix="kudu-forward") as pool:
+                forwards = {pool.submit(SessionClient(addr).lead_commit, table,
+                                        [r.encode() for t in tids for r in by_tid[t]]): tids
+                            for addr, tids in groups.items()}
+                self._commit_own(table, {t: by_tid[t] for t in own}, own, tally)
+                for fut in as_completed(forwards):
+                    tids = forwards[fut]
+                    try:
+                        summary = fut.result()
+                    except RowWriteError as e:
+                        tally.remote_done(tids, by_tid, e.rows_written, e.errors)
+                    except (SessionUnreachableError, NotLeaderError) as e:
+                        if time.monotonic() < deadline:  # nothing was proposed: route again
+                            retry.extend(tids)
+                        else:
+                            tally.fail(RoundFailedError(
+                                f"table {table}: tablets {tids} are led by another client "
+                                f"that did not take the write ({e}); nothing was written "
+                                f"to them"))
+                    except KuduError as e:
+                        tally.fail(RoundFailedError(
+                            f"table {table}: the write to tablets {tids}, forwarded to the "
+                            f"client leading them, was not acknowledged ({e}); its rows "
+                            f"may or may not have been applied, so retry the write (an "
+                            f"upsert retry is harmless)"))
+                    else:
+                        tally.remote_done(tids, by_tid, summary.rows_written, [])
+            pending = retry
+            if pending:
+                time.sleep(_FORWARD_RETRY_S)  # the holder's lease lapses within the deadline
+        if tally.failure is not None:
+            raise tally.failure
+        summary = WriteSummary(tally.written, len(tally.errors), len(by_tid))
+        if tally.errors:
+            sample = "; ".join(f"{s} {r}" for _, r, s, _ in tally.errors[:3])
+            raise RowWriteError(
+                f"failed to write {len(tally.errors)} rows to table {table} "
+                f"({tally.written} written); sample errors: {sample}", tally.errors,
+                tally.written)
+        return summary
+
+    def _commit_own(self, table: str, refs: dict[str, list[StagedRef]],
+                    leaders: dict[str, TabletLeader], tally: _Tally) -> None:
+        """Replicate the batches of tablets this client leads, into ``tally``."""
+        if not refs:
+            return
+        futures: dict[Future[WriteOutcome], tuple[str, list[StagedRef]]] = {}
+        for tid, batch_refs in refs.items():
+            # Only insert, update and delete can fail per row; the others return once
+            # committed, without waiting a round for the replicas' per-row results.
+            fut = self._service.submit(leaders[tid], [r.encode() for r in batch_refs],
+                                       want_results=any(r.op in _MAY_FAIL_PER_ROW
+                                                        for r in batch_refs))
+            futures[fut] = (tid, batch_refs)
+        failed = False
+        for fut in as_completed(futures):
+            tid, batch_refs = futures[fut]
+            try:
+                outcome = fut.result()
+            except KuduError as e:  # fenced by another writer, or no majority
+                failed = True
+                with self._lock:
+                    self._leaders.pop(tid, None)  # elect again next time
+                if isinstance(e, FencedError):
+                    self.leases.distrust(tid)  # someone else led: is the lease still ours?
+                kind = FencedError if isinstance(e, FencedError) else RoundFailedError
+                tally.fail(kind(
+                    f"table {table}: the write to tablet {tid} was not acknowledged ({e}); "
+                    f"its rows may or may not have been applied, so retry the write (an "
+                    f"upsert retry is harmless)"))
+                continue
+            tally.own_done(tid, outcome, batch_refs)
+        self._report_failed(leaders[t] for t in refs)
+        if not failed:
+            self._report_commits([leaders[t] for t in refs])
+
+    def _report_failed(self, leaders: Iterable[TabletLeader]) -> None:
+        """Tell the master about replicas that answered "failed" (corrupt files, full disk):
+        it marks them REPLACE and the healer replaces them (peer.py, failed replicas)."""
+        for lead in leaders:
+            for ts, why in list(lead.failed_replicas.items()):
+                key = (lead.tablet.tablet_id, ts)
+                if key in self._failed_reported:
+                    continue
+                try:
+                    self.master.set_replace(lead.tablet.tablet_id, ts)
+                except NotFoundError:  # already out of the config (replaced): nothing to do
+                    self._failed_reported.add(key)
+                    continue
+                except KuduError as e:  # retried with the next write or healing pass
+                    _log.warning("could not report failed replica %s of tablet %s: %s", ts,
+                                 lead.tablet.tablet_id, e)
+                    continue
+                self._failed_reported.add(key)
+                _log.warning("replica %s of tablet %s failed (%s): marked for replacement",
+                             ts, lead.tablet.tablet_id, why)
+
+    def _report_commits(self, leaders: Sequence[TabletLeader]) -> None:
+        """Record each tablet's leader, term and commit index in the master (DESIGN §3: scans
+        and tools read what is committed from there). One heartbeat per leader replica's
+        tablet server carries all its tablets."""
+        by_ts: dict[str, list[dict[str, Any]]] = {}
+        for lead in leaders:
+            node = lead.node
+            if node is None:
+                continue
+            by_ts.setdefault(lead.leader_id, []).append(TabletReport(
+                lead.tablet.tablet_id, node.term, leader=lead.leader_id,
+                committed_index=node.commit_index).to_dict())
+        if not by_ts:
+            return
+        servers = {s.uuid: s for s in self.servers}
+        address = self.master.leader_address()
+        for ts, reports in by_ts.items():
+            loc = servers[ts]
+            self.master.heartbeat_to(address, loc.meta(), reports)
+
+    def _leaders_for(self, locs: TableLocations, tablet_ids: Sequence[str],
+                     exclude: frozenset[str] = frozenset()) -> dict[str, TabletLeader]:
+        """This client's leader of each tablet, electing the missing ones together
+        (:func:`elect_all`: four shared rounds), trying each reachable voter in turn.
+        A leader acting for a replica in ``exclude`` is given up and another elected."""
+        with self._lock:
+            for tid in tablet_ids:
+                cur = self._leaders.get(tid)
+                if cur is not None and cur.leader_id in exclude:
+                    cur.abandon(f"replica {cur.leader_id} is leaving tablet {tid}")
+            missing = [t for t in locs.tablets if t.tablet_id in set(tablet_ids)
+                       and (self._leaders.get(t.tablet_id) is None
+                            or self._leaders[t.tablet_id].node is None)]
+            unreachable = self.transport.unreachable() | exclude
+            candidates = {t.tablet_id: [v for v in t.voters if v not in unreachable]
+                          for t in missing}
+            voters = {t.tablet_id: t.voters for t in missing}
+            errors: dict[str, KuduError] = {}
+            while candidates:
+                batch = [TabletLeader(TabletReplicas(tid, voters[tid]), cands.pop(0),
+                                      self.transport)
+                         for tid, cands in candidates.items() if cands]
+                if not batch:
+                    break
+                elected = elect_all(self.transport, batch)
+                self._report_failed(batch)
+                for lead, res in elected.items():
+                    tid = lead.tablet.tablet_id
+                    if isinstance(res, Exception):
+                        errors[tid] = res
+                    else:
+                        self._leaders[tid] = lead
+                        candidates.pop(tid, None)
+                candidates = {tid: c for tid, c in candidates.items() if c}
+            failed = [tid for tid in tablet_ids if tid not in self._leaders
+                      or self._leaders[tid].node is None]
+            if failed:
+                raise RoundFailedError(
+                    f"tablets {failed}: no replica could become leader (last errors: "
+                    + "; ".join(str(errors.get(t, "no reachable replica")) for t in failed[:3])
+                    + ")")
+            return {tid: self._leaders[tid] for tid in tablet_ids}
+
+    def _route(self, locs: TableLocations, tablet_ids: Sequence[str], *,
+               forwarded: bool = False, exclude: frozenset[str] = frozenset()
+               ) -> tuple[dict[str, TabletLeader], dict[str, SessionAddress]]:
+        """Split ``tablet_ids`` into the ones this client leads (their leaders, elected as
+        needed, see :meth:`_leaders_for`) and the ones another client holds the lease of
+        (its session service). A cached leader of a tablet whose lease this client did not
+        hold is dropped (another client may have led it meanwhile: elect again rather than
+        fail the next write as fenced). ``forwarded``: another client sent this work here,
+        so every tablet must be this client's (``NotLeaderError`` otherwise)."""
+        fresh = {t for t in tablet_ids
+                 if self.leases.enabled and not self.leases.holds(t)}
+        holders = self.leases.route(tablet_ids)
+        remote = {t: a for t, a in holders.items() if a is not None}
+        if remote and forwarded:
+            raise NotLeaderError(
+                f"client {self.client_id} does not lead tablets {sorted(remote)} (their "
+                f"leases are another client's now): route the request again")
+        with self._lock:
+            for t in remote.keys() | fresh:
+                self._leaders.pop(t, None)
+        own = [t for t in tablet_ids if t not in remote]
+        return (self._leaders_for(locs, own, exclude=exclude) if own else {}), remote
+
+    def read_points(self, table: str, tablet_ids: Sequence[str], *, forwarded: bool = False
+                    ) -> dict[str, tuple[str, int]]:
+        """Per tablet: its leader replica and the index of an empty entry committed after
+        this call began (see ``read_table``'s ``linearizable``); tablets another client
+        leads are asked of it. ``forwarded`` as for :meth:`commit_staged`."""
+        return self._read_points(self.master.get_table(table), tablet_ids, forwarded=forwarded)
+
+    def _read_points(self, locs: TableLocations, tablet_ids: Sequence[str], *,
+                     forwarded: bool = False) -> dict[str, tuple[str, int]]:
+        """:meth:`read_points`. A leader fenced by another writer meanwhile is elected
+        again, and a forward that found no leader is routed again, once."""
+        failure: KuduError | None = None
+        for _ in range(2):
+            own, remote = self._route(locs, tablet_ids, forwarded=forwarded)
+            futures = {tid: self._service.submit(lead, [b""]) for tid, lead in own.items()}
+            points: dict[str, tuple[str, int]] = {}
+            failure = None
+            for addr, tids in by_holder(remote).items():
+                try:
+                    points.update(SessionClient(addr).lead_read(locs.table.name, tids))
+                except KuduError as e:
+                    failure = failure or e
+            for tid, fut in futures.items():
+                try:
+                    ((index, _, _),) = fut.result()
+                except KuduError as e:  # fenced, or no majority: elect again
+                    with self._lock:
+                        self._leaders.pop(tid, None)
+                    failure = failure or e
+                    continue
+                points[tid] = (own[tid].leader_id, index)
+            if failure is None:
+                return points
+        assert failure is not None
+        raise failure
