@@ -70,8 +70,11 @@ def ingest_command(source: str, warehouse: str, table: str = "events") -> list[s
     from pyspark_kudu.testing.standalone_cluster import spark_home
 
     confs = [a for k, v in SESSION_CONF for a in ("--conf", f"{k}={v}")]
+    log4j = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf",
+                         "log4j2.properties")  # Spark's log at WARN: the job's lines show
     return [os.path.join(spark_home(), "bin", "spark-submit"), "--master", "local[2]",
             "--conf", "spark.ui.enabled=false", *confs,
+            "--driver-java-options", f"-Dlog4j2.configurationFile={log4j}",
             os.path.join(os.path.dirname(os.path.abspath(__file__)), "ingest.py"),
             "--source", source, "--format", "csv", "--table", table, "--create",
             "--keys", "id", "--hash-buckets", "3", "--replicas", "3",

@@ -114,8 +114,13 @@ class MasterClient:
         rpc_timeout_s: float = 10.0,
         channel_factory: Callable[[str], Channel] | None = None,
         check_master_count: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        """``clock`` and ``sleep`` (seconds) pace the retries; tests inject fakes."""
         self.addresses = parse_master_addresses(masters)
+        self._clock = clock
+        self._sleep_fn = sleep
         self.timeout_s = timeout_s
         self.rpc_timeout_s = rpc_timeout_s
         self._check_count = check_master_count
@@ -156,14 +161,14 @@ class MasterClient:
         """Run ``method`` on the leader (or any master if ``any_master``), retrying per rule 2."""
         body = body or {}
         timeout = self.timeout_s if timeout_s is None else timeout_s
-        deadline = time.monotonic() + timeout
+        deadline = self._clock() + timeout
         attempt = 0
         last: KuduError | None = None
         target: str | None = self._leader
         if any_master and target is None:
             target = self.addresses[0]
         while True:
-            left = deadline - time.monotonic()
+            left = deadline - self._clock()
             if left <= 0:
                 raise TimedOutError(
                     f"{method} timed out after {timeout:.1f} s: no leader master answered among "
@@ -196,7 +201,7 @@ class MasterClient:
 
     def _sleep(self, attempt: int, deadline: float) -> None:
         delay = min(0.05 * 2 ** min(attempt, 5), 1.0) * self._rng.uniform(0.5, 1.0)
-        time.sleep(max(0.0, min(delay, deadline - time.monotonic())))
+        self._sleep_fn(max(0.0, min(delay, deadline - self._clock())))
 
     def _discover(self, timeout: float) -> tuple[str | None, KuduError | None]:
         """Ask every master for its status: the ready leader with the highest term (or a

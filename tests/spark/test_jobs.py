@@ -178,6 +178,9 @@ def test_ingest_through_spark_submit_prints_the_summary(tmp_path: Path) -> None:
     assert "rows written:    25" in proc.stdout and "row errors:      0" in proc.stdout
     # spark-submit merges the Python driver's stderr (the progress line) into stdout.
     assert "ingest: 25/25 rows" in proc.stdout
+    # conf/log4j2.properties: the job's lines, not Spark's INFO log.
+    chatter = [line for line in (proc.stdout + proc.stderr).splitlines() if " INFO " in line]
+    assert chatter == [], chatter[:5]
 
 
 @pytest.fixture

@@ -153,7 +153,7 @@ def test_a_hanging_mapping_command_times_out_after_the_configured_time(
         start = time.monotonic()
         _registration_is_refused(g, c, r"did not finish within 0\.3 s and was killed",
                                  LocationMappingTimedOutError)
-        assert time.monotonic() - start < 10  # both attempts took ~0.3 s, not 60 s
+        assert time.monotonic() - start < 30  # did not hang: the command sleeps 60 s
 
 
 @pytest.mark.parametrize("timeout", [0.0, -1.0, float("nan")])
@@ -190,7 +190,7 @@ def test_master_run_takes_the_mapping_timeout_from_its_command_line(tmp_path: Pa
             start = time.monotonic()
             with pytest.raises(LocationMappingTimedOutError, match=r"did not finish within 0\.4 s"):
                 c.heartbeat_to(addr, tserver(0))
-            assert time.monotonic() - start < 4
+            assert time.monotonic() - start < 20  # did not hang (the message names 0.4 s)
             assert c.list_tservers() == []
     finally:
         proc.terminate()

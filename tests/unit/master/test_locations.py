@@ -105,7 +105,7 @@ def test_timeout_kills_the_command_and_its_children(tmp_path: Path) -> None:
     start = time.monotonic()
     with pytest.raises(LocationMappingTimedOutError) as e:
         run_location_mapping_cmd(cmd, "h", timeout=0.5)
-    assert time.monotonic() - start < 10
+    assert time.monotonic() - start < 25  # did not wait for the 30 s sleep
     assert isinstance(e.value, TimedOutError) and isinstance(e.value, LocationMappingError)
     assert "failed to run location mapping command" in str(e.value)
     assert "0.5 s" in str(e.value)

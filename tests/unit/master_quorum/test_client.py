@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -90,14 +89,22 @@ def test_not_leader_hints_are_followed_and_usage_errors_are_not_retried() -> Non
 
 def test_retries_back_off_until_the_deadline_with_the_last_error() -> None:
     f = _Fake({a: NetworkError(f"{a} refused") for a in ADDRS.split(",")}, {})
-    t0 = time.monotonic()
-    with MasterClient(ADDRS, channel_factory=f.factory, timeout_s=0.6) as c:
+    now = [0.0]  # an injected clock: the client's sleeps advance it, nothing else does
+    slept: list[float] = []
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        now[0] += s
+
+    with MasterClient(ADDRS, channel_factory=f.factory, timeout_s=0.6,
+                      clock=lambda: now[0], sleep=sleep) as c:
         with pytest.raises(TimedOutError, match=r"timed out after 0.6 s.*last error: .*refused"):
             c.call("list_tables")
-    elapsed = time.monotonic() - t0
-    assert 0.6 <= elapsed < 2.0
+    assert now[0] == pytest.approx(0.6)  # gave up exactly at the deadline, not before
+    assert len(slept) >= 3 and slept[2] > slept[0]  # exponential backoff (with jitter)
     rounds = sum(1 for _, m in f.calls if m == "status") / 3
     assert 2 <= rounds < 20  # backed off, did not spin
+    assert all(0 < s <= 1.0 for s in slept)
 
 
 def test_stale_reads_may_be_answered_by_any_master() -> None:

@@ -82,4 +82,4 @@ def test_unreachable_masters_end_in_a_timeout_not_a_hang() -> None:
     with MasterClient(addrs, timeout_s=1.5) as c:
         with pytest.raises(TimedOutError, match=r"timed out after 1\.5 s.*unreachable"):
             c.list_tables()
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 25  # did not hang

@@ -167,7 +167,7 @@ def test_a_copy_in_many_parts_installs_over_several_rounds(
     """Parts beyond one round's share are kept on the target until the last arrives; the
     staged parts on the leader's host are dropped afterwards."""
     from pyspark_kudu.spark.host import tabletcopy
-    from pyspark_kudu.spark.replication import tablet_leader as leader_mod
+    from pyspark_kudu.spark.replication import leader_membership as leader_mod
 
     monkeypatch.setattr(tabletcopy, "PART_BYTES", 2 << 10)
     monkeypatch.setattr(leader_mod, "_COPY_PARTS_PER_ROUND", 2)
