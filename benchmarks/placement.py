@@ -3,7 +3,10 @@
 Places ``--tablets`` tablets (default 100,000) x RF 3 on ``--servers`` tablet servers
 (default 1,000) in ``--locations`` locations (default 50), spread over ``--tables`` tables,
 with one :class:`~pyspark_kudu.master.placement.Placer` (as the master does for a batch of
-creations). Then plans a rebalance of the resulting cluster and applies it.
+creations). Then plans a rebalance of the resulting cluster and applies it. Then, from that
+balanced cluster, times the rebalance of two skewed ones: 10% new empty servers spread over
+the existing locations, and one new empty location (``skewed`` in the JSON: plan seconds,
+moves, skew before and after, avoidable violations after).
 
 Goals: placement <= 5 s, rebalance plan <= 10 s with final skew <= 1, zero avoidable
 policy violations. Prints the figures with their inputs and the goal ratios, and saves
@@ -27,7 +30,7 @@ from pathlib import Path
 from pyspark_kudu.master.placement import Placer, find_violations
 from pyspark_kudu.master.rebalancer import apply_moves, plan_rebalance
 from pyspark_kudu.master.sim import build_servers
-from pyspark_kudu.master.topology import ClusterSnapshot, Replica, Table, Tablet
+from pyspark_kudu.master.topology import ClusterSnapshot, Replica, Table, Tablet, TabletServer
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GOALS = {"placement_s": 5.0, "rebalance_plan_s": 10.0, "final_skew": 1.0}
@@ -71,6 +74,37 @@ def plot(path: Path, before: ClusterSnapshot, after: ClusterSnapshot, title: str
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+def _new_servers(n: int, locations: int) -> list[TabletServer]:
+    """``n`` empty servers spread round-robin over the existing locations ``/loc0``..."""
+    return [TabletServer(f"ts-new-{k}", f"host-new-{k}", location=f"/loc{k % locations}")
+            for k in range(n)]
+
+
+def _new_location(locations: int, per_loc: int) -> list[TabletServer]:
+    """One new location ``/loc<locations>`` of ``per_loc`` empty servers."""
+    loc = f"/loc{locations}"
+    return [TabletServer(f"ts-newloc-{k}", f"host-newloc-{k}", location=loc)
+            for k in range(per_loc)]
+
+
+def _skewed_rebalance(balanced: ClusterSnapshot, extra: list[TabletServer], seed: int
+                      ) -> dict[str, object]:
+    """Time a rebalance of ``balanced`` after ``extra`` empty servers joined it."""
+    snap = ClusterSnapshot(balanced.tservers + tuple(extra), balanced.tables,
+                           balanced.tablets, balanced.config)
+    start = time.perf_counter()
+    plan = plan_rebalance(snap, random.Random(seed))
+    plan_s = time.perf_counter() - start
+    after = apply_moves(snap, plan.moves)
+    counts = after.replica_counts
+    new = [counts[ts.uuid] for ts in extra]
+    return {"added_servers": len(extra), "plan_s": round(plan_s, 3),
+            "moves": len(plan.moves), "skew_before": dict(plan.report.skew_before),
+            "skew_after": dict(plan.report.skew_after),
+            "replicas_on_new_servers_min_max": [min(new), max(new)],
+            "avoidable_violations_after": sum(v.avoidable for v in find_violations(after))}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,6 +152,11 @@ def main(argv: list[str] | None = None) -> int:
     after = apply_moves(placed, plan.moves)
     violations_after = find_violations(after)
 
+    skewed = {name: _skewed_rebalance(after, extra, args.seed)
+              for name, extra in (
+                  ("new_servers_10pct", _new_servers(args.servers // 10, args.locations)),
+                  ("new_location", _new_location(args.locations, per_loc)))}
+
     rep = plan.report
     result = {
         "inputs": {
@@ -138,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         "skew_before": dict(rep.skew_before),
         "skew_after": dict(rep.skew_after),
         "avoidable_violations_after_rebalance": sum(v.avoidable for v in violations_after),
+        "skewed": skewed,
         "goals": GOALS,
     }
     result["ratios"] = {

@@ -234,10 +234,15 @@ def cluster_session(master_url: str, app: str, hosts: int, *, executor_memory: s
     """
     from pyspark.sql import SparkSession  # imported here: starting clusters needs no Spark
 
+    from pyspark_kudu.rpc.auth import SECRET_ENV, new_secret
     from pyspark_kudu.spark.host.daemon import SESSION_CONF
     from pyspark_kudu.spark.pinned import executor_hosts
 
     os.environ["PYSPARK_PYTHON"] = sys.executable  # executors run this project's Python
+    # One credential for every application started from this process and its children
+    # (tests' second writers, the fault harness' sessions): they forward writes to each
+    # other's session services and read each other's tablet servers.
+    secret = os.environ.setdefault(SECRET_ENV, new_secret())
     spark = (SparkSession.builder.master(master_url).appName(app)
              .config("spark.driver.host", "127.0.0.1")
              .config("spark.driver.bindAddress", "127.0.0.1")
@@ -245,7 +250,8 @@ def cluster_session(master_url: str, app: str, hosts: int, *, executor_memory: s
              .config("spark.ui.showConsoleProgress", "false")
              .config("spark.executor.memory", executor_memory)
              .config("spark.executor.cores", "1")
-             .config(map={**dict(SESSION_CONF), **dict(conf or {})})
+             .config(map={**dict(SESSION_CONF), f"spark.executorEnv.{SECRET_ENV}": secret,
+                          **dict(conf or {})})
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     end = time.monotonic() + deadline_s

@@ -7,6 +7,7 @@ tests match the pyspark-kudu class name and message in the exception text.
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import re
 import socket
@@ -17,6 +18,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.flight as fl
 import pytest
 from chispa import assert_df_equality
 from pyspark import cloudpickle
@@ -46,6 +48,7 @@ from pyspark_kudu.spark.api.datasource import KuduDataSource
 from pyspark_kudu.spark.api.repartition import repartition_by_tablet
 from pyspark_kudu.spark.api.session_service import SessionService
 from pyspark_kudu.spark.replication.session_client import SessionAddress, SessionClient
+from tests.netcapture import CapturingProxy
 
 STRUCT = StructType([StructField("id", LongType(), False), StructField("v", StringType(), True)])
 HASH3 = PartitionSchema((HashDimension(("id",), 3),))
@@ -430,11 +433,26 @@ def test_the_session_service_listens_on_loopback_and_refuses_a_wrong_secret(
     wrong = SessionAddress(address.host, address.port, "0" * len(address.secret))
     with pytest.raises(InvalidArgumentError, match="wrong secret"):
         SessionClient(wrong).describe(ranged)
-    with socket.create_connection((address.host, address.port), timeout=10) as s:
-        s.sendall(b"KSS1" + b"x" * 3)  # a short, wrong secret: the service hangs up
-        s.shutdown(socket.SHUT_WR)
-        assert s.recv(1) == b""
+    # A Flight client that does not authenticate is served nothing.
+    raw = fl.FlightClient(f"grpc+tcp://{address.host}:{address.port}")
+    try:
+        with pytest.raises(fl.FlightUnauthenticatedError):
+            list(raw.do_action(fl.Action("describe", b'{"body": {"table": "x"}}')))
+    finally:
+        raw.close()
     assert address.secret not in repr(address)
+    # What an observer of the connection sees: the call, never the secret.
+    proxy = CapturingProxy(address.port)
+    try:
+        via = SessionAddress("127.0.0.1", proxy.port, address.secret, address.masters)
+        assert SessionClient(via).describe(ranged).table == ranged
+    finally:
+        proxy.close()
+    wire = proxy.captured()
+    assert ranged.encode() in wire, "the capture must have seen the call"
+    for form in (address.secret.encode(), base64.b64encode(address.secret.encode()),
+                 bytes.fromhex(address.secret)):
+        assert form not in wire
 
 
 def test_the_session_service_listens_on_the_configured_host_only(

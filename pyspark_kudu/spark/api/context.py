@@ -338,6 +338,12 @@ class KuduContext(WritePath, ReplicaManagement):
                 self.master.leader_address(timeout_s=max(0.1, end - time.monotonic()))
 
     @property
+    def credential(self) -> str:
+        """This application's ``PYSPARK_KUDU_SECRET``: its resident tablet servers' and its
+        session service's credential (see :func:`_cluster_secret`)."""
+        return self._secret
+
+    @property
     def master_addresses(self) -> tuple[str, ...]:
         return tuple(self.master.addresses)
 

@@ -26,6 +26,11 @@ class Registrant(SessionBackend, Protocol):
     @property
     def spark(self) -> SparkSession: ...
 
+    @property
+    def credential(self) -> str:
+        """The application's ``PYSPARK_KUDU_SECRET`` (the session service's secret)."""
+        ...
+
 
 @contextlib.contextmanager
 def _active(spark: Any) -> Iterator[None]:
@@ -59,7 +64,8 @@ def register(kudu: Registrant) -> SessionService:
     predicates prune tablets. Close the returned service when the context closes.
     """
     conf = kudu.spark.sparkContext.getConf()
-    service = SessionService(kudu, host=conf.get(SERVICE_HOST_CONF, "127.0.0.1") or "127.0.0.1")
+    service = SessionService(kudu, secret=kudu.credential,
+                             host=conf.get(SERVICE_HOST_CONF, "127.0.0.1") or "127.0.0.1")
     try:
         with _active(kudu.spark):
             kudu.spark.dataSource.register(bound_source(service.address))

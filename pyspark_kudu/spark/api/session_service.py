@@ -24,24 +24,24 @@ the data source calls it:
 =================  ===========================================================================
 
 The ``lead_*`` methods serve *other clients* (other KuduContexts, possibly of other
-applications): the master's lease table hands them this service's address and secret. A
-client asked to lead a tablet whose lease it no longer holds answers ``NotLeaderError``
-before proposing anything, and the caller routes again.
+applications): the master's lease table tells them this service's address (never its
+secret). A client asked to lead a tablet whose lease it no longer holds answers
+``NotLeaderError`` before proposing anything, and the caller routes again.
 
 Decisions:
 
-- **Transport**: a threaded TCP server bound to ``127.0.0.1`` (or the address in
+- **Transport**: Arrow Flight (one ``DoAction`` per call, JSON bodies), like the master and
+  the resident tablet servers, bound to ``127.0.0.1`` (or the address in
   ``spark.kudu.sessionService.host``, for clients in other hosts' drivers that forward to
-  this one, :mod:`~pyspark_kudu.spark.replication.lease_keeper`) on an ephemeral port, one request
-  per connection,
-  length-prefixed JSON. Chosen over Arrow Flight because the callers
-  are short-lived Python workers forked by Spark (no gRPC threads to start in them) and the
-  bodies are small JSON documents; a call may take as long as a replication round, so the
-  connection has no read deadline once authenticated.
-- **Authentication**: a random per-application secret (``secrets.token_hex(32)``) sent as the
-  first bytes of every connection and compared in constant time (``hmac.compare_digest``)
-  before the body is read. Only the data source classes this session registered carry it
-  (as class attributes pickled by value, see :func:`register`).
+  this one, :mod:`~pyspark_kudu.spark.replication.lease_keeper`) on an ephemeral port. A
+  call may take as long as a replication round, so calls have no deadline.
+- **Authentication**: :mod:`pyspark_kudu.rpc.auth` (HMAC challenge-response, then a
+  single-use token per call: no secret or reusable token on the wire) over the
+  application's credential (``PYSPARK_KUDU_SECRET``, which the ``KuduContext`` passes as
+  ``secret``). The data source classes this session registered carry it (as class
+  attributes pickled by value, see :func:`~pyspark_kudu.spark.api.registration.register`);
+  clients of other applications forward to this one only if they were given the same
+  credential (``spark.executorEnv.PYSPARK_KUDU_SECRET``).
 - **Errors** travel as ``{type, message}`` and are rebuilt by the client as the same
   :mod:`pyspark_kudu.errors` class (``RowWriteError`` with its ``errors`` and
   ``rows_written``); anything else becomes a ``RemoteError`` naming the original type.
@@ -74,12 +74,9 @@ stream's ledger entry is updated under its own lock).
 from __future__ import annotations
 
 import base64
-import hmac
 import json
 import logging
 import secrets
-import socket
-import socketserver
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -87,17 +84,15 @@ from dataclasses import asdict
 from typing import Any, Protocol
 from urllib.parse import quote
 
+import pyarrow as pa
+
 from pyspark_kudu.errors import InvalidArgumentError, KuduError, RowWriteError
 from pyspark_kudu.fileio import FileIO
 from pyspark_kudu.spark.host.dataplane import StagedRef
 from pyspark_kudu.spark.replication.session_client import (
-    MAGIC,
     SessionAddress,
     TableInfo,
     encode_error,
-    recv_exact,
-    recv_json,
-    send_json,
 )
 from pyspark_kudu.spark.replication.write_service import WriteSummary
 
@@ -113,7 +108,7 @@ _log = logging.getLogger(__name__)
 
 FILTER_PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 SERVICE_HOST_CONF = "spark.kudu.sessionService.host"
-_AUTH_TIMEOUT_S = 10.0
+_SHUTDOWN_WAIT_S = 10.0
 
 
 class SessionBackend(Protocol):
@@ -167,59 +162,42 @@ class StreamLedger:
         self._io.atomic_write(json.dumps(doc).encode(), *self._parts(table, stream_id))
 
 
-class _Server(socketserver.ThreadingTCPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    service: SessionService
+def _flight_server(service: SessionService, host: str, secret: bytes) -> Any:
+    """The Flight server of ``service`` on ``host`` (ephemeral port), started. gRPC is
+    imported here: workers that only call the service need not load the server side."""
+    import pyarrow.flight as fl
 
+    from pyspark_kudu.rpc.auth import HmacServerAuthHandler, check_listen
 
-class _Handler(socketserver.BaseRequestHandler):
-    def handle(self) -> None:
-        server = self.server
-        assert isinstance(server, _Server)
-        service = server.service
-        sock: socket.socket = self.request
-        expected = MAGIC + service.secret.encode()
-        sock.settimeout(_AUTH_TIMEOUT_S)
-        try:
-            got = recv_exact(sock, len(expected))
-        except (OSError, EOFError):
-            return
-        if not hmac.compare_digest(got, expected):
-            _log.warning("kudu session service refused a call with a wrong secret")
-            send_json(sock, {"ok": False, "error": {
-                "type": "InvalidArgumentError", "family": "usage",
-                "message": "the kudu session service refused the call: wrong secret (only the "
-                           "data source registered by this application's KuduContext may "
-                           "call it)"}})
-            return
-        try:
-            request = recv_json(sock)
-        except (OSError, EOFError, ValueError, KuduError) as e:
-            _log.warning("kudu session service: unreadable request: %s", e)
-            return
-        sock.settimeout(None)
-        if not isinstance(request, dict):
-            request = {}
-        try:
-            result = service.dispatch(str(request.get("method", "")), request.get("body") or {})
-            reply: dict[str, Any] = {"ok": True, "result": result}
-        except KuduError as e:
-            reply = {"ok": False, "error": encode_error(e)}
-        except Exception as e:  # a bug or a Spark failure: report it rather than hang up
-            _log.exception("kudu session service call failed")
-            reply = {"ok": False, "error": encode_error(e)}
-        try:
-            send_json(sock, reply)
-        except OSError as e:
-            _log.warning("kudu session service: caller went away before the reply: %s", e)
+    check_listen(host, secret)
+
+    class SessionFlight(fl.FlightServerBase):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__(f"grpc+tcp://{host}:0", auth_handler=HmacServerAuthHandler(secret))
+
+        def do_action(self, context: Any, action: fl.Action) -> Any:
+            try:
+                request = json.loads(action.body.to_pybytes() or b"{}")
+                body = request.get("body") or {} if isinstance(request, dict) else {}
+                result = service.dispatch(str(action.type), body)
+                reply: dict[str, Any] = {"ok": True, "result": result}
+            except KuduError as e:
+                reply = {"ok": False, "error": encode_error(e)}
+            except Exception as e:  # a bug or a Spark failure: report it rather than hang up
+                _log.exception("kudu session service call failed")
+                reply = {"ok": False, "error": encode_error(e)}
+            yield fl.Result(json.dumps(reply, separators=(",", ":"), default=str).encode())
+
+    return SessionFlight()
 
 
 class SessionService:
-    """Serves one :class:`KuduContext` to the ``kudu`` data source (see the module docstring).
+    """Serves one :class:`KuduContext` to the ``kudu`` data source and to clients that
+    forward to it (see the module docstring).
 
     Listens on ``host`` (default ``127.0.0.1``) only, on an ephemeral port, from
-    construction until :meth:`close`.
+    construction until :meth:`close`; calls must authenticate with ``secret`` (the
+    application's ``PYSPARK_KUDU_SECRET``; a random one if not given).
     """
 
     def __init__(self, kudu: SessionBackend, *, secret: str | None = None,
@@ -229,28 +207,26 @@ class SessionService:
         self._ledger = StreamLedger(kudu.warehouse)
         self._locks_guard = threading.Lock()
         self._stream_locks: dict[tuple[str, str], threading.Lock] = {}
+        self._host = host
         try:
-            self._server = _Server((host, 0), _Handler)
-        except OSError as e:
+            self._server = _flight_server(self, host, self.secret.encode())
+        except (OSError, pa.ArrowException) as e:
             raise InvalidArgumentError(
                 f"{SERVICE_HOST_CONF}={host!r}: the kudu session service cannot listen there "
                 f"({e}); name an address of this driver host") from e
-        self._server.service = self
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        name="kudu-session-service", daemon=True)
-        self._thread.start()
 
     @property
     def address(self) -> SessionAddress:
-        host, port = self._server.server_address[:2]
-        return SessionAddress(str(host), int(port), self.secret,
+        return SessionAddress(self._host, int(self._server.port), self.secret,
                               tuple(self._kudu.master_addresses))
 
     def close(self) -> None:
-        """Stop listening and wait for the accept loop (calls in flight finish on their own)."""
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
+        """Stop listening. Calls in flight finish on their own: Flight's shutdown waits for
+        them, so it runs on its own thread and this waits for it only a little."""
+        t = threading.Thread(target=self._server.shutdown, name="kudu-session-shutdown",
+                             daemon=True)
+        t.start()
+        t.join(timeout=_SHUTDOWN_WAIT_S)
 
     def __enter__(self) -> SessionService:
         return self

@@ -85,7 +85,7 @@ class LeaseKeeper:
                 return dict.fromkeys(tablet_ids)
         try:
             got = self.master.tablet_lease(self.client_id, tablet_ids, ttl_s=self.ttl_s,
-                                           endpoint=self.endpoint.to_dict())
+                                           endpoint=self.endpoint.public_dict())
         except KuduError as e:  # no master to ask: lead ourselves, terms still fence
             _log.warning("could not ask the master for the leases of %d tablets (%s): "
                          "leading them without one", len(tablet_ids), e)
@@ -105,7 +105,10 @@ class LeaseKeeper:
                     out[tid] = None
                 else:
                     self._drop(tid)
-                    out[tid] = SessionAddress.from_dict(lease["endpoint"])
+                    # The master never learns a secret: call the holder with this
+                    # application's own credential (it must share it to forward).
+                    out[tid] = SessionAddress.from_dict(
+                        {**lease["endpoint"], "secret": self.endpoint.secret})
         return out
 
     def _trust(self, tid: str, lease: dict[str, Any] | None, sent: float) -> None:
@@ -169,7 +172,7 @@ class LeaseKeeper:
         sent = time.monotonic()
         try:
             got = self.master.tablet_lease(self.client_id, keep, ttl_s=self.ttl_s,
-                                           endpoint=self.endpoint.to_dict())
+                                           endpoint=self.endpoint.public_dict())
         except KuduError as e:  # the next route() asks again
             _log.info("renewing %d tablet leases failed: %s", len(keep), e)
             return

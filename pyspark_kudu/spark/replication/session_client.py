@@ -2,12 +2,14 @@
 
 Callers: the ``kudu`` data source in Spark's Python workers (``describe``, ``commit``, ...)
 and other clients forwarding work to the holder of a tablet's leadership lease
-(``lead_commit``, ``lead_read``, ``lead_heal``, :mod:`~.lease_keeper`). The wire format,
-shared with the service: a TCP connection per call, ``KSS1`` + the secret, then one
-length-prefixed JSON request and one JSON reply ``{"ok": true, "result": ...}`` or
-``{"ok": false, "error": {type, message, family}}``. Errors are rebuilt as the same
-:mod:`pyspark_kudu.errors` class (``RowWriteError`` with its rows); anything else becomes a
-``RemoteError`` naming the original type.
+(``lead_commit``, ``lead_read``, ``lead_heal``, :mod:`~.lease_keeper`). The protocol,
+shared with the service: Arrow Flight, authenticated like every Flight service of the
+project (:mod:`pyspark_kudu.rpc.auth`: HMAC challenge-response over the application's
+credential, ``PYSPARK_KUDU_SECRET``; no secret or reusable token on the wire); one
+``DoAction`` per call, its type the method, its body JSON, its one result the JSON reply
+``{"ok": true, "result": ...}`` or ``{"ok": false, "error": {type, message, family}}``.
+Errors are rebuilt as the same :mod:`pyspark_kudu.errors` class (``RowWriteError`` with its
+rows); anything else becomes a ``RemoteError`` naming the original type.
 
 Thread-safety: :class:`SessionClient` holds no connection between calls and may be shared.
 """
@@ -16,8 +18,6 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
-import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +26,7 @@ from pyspark_kudu import errors
 from pyspark_kudu.errors import (
     InvalidArgumentError,
     KuduError,
+    NetworkError,
     RemoteError,
     RowWriteError,
     ServiceUnavailableError,
@@ -36,21 +37,14 @@ from pyspark_kudu.schema import Schema
 from pyspark_kudu.spark.replication.write_service import WriteSummary
 
 __all__ = [
-    "MAGIC",
     "SessionAddress",
     "SessionClient",
     "TableInfo",
     "TabletInfo",
     "decode_error",
     "encode_error",
-    "recv_exact",
-    "recv_json",
-    "send_json",
 ]
 
-MAGIC = b"KSS1"
-_LEN = struct.Struct(">I")
-_MAX_FRAME = 1 << 30  # refs are ~200 bytes each: a billion-row write stays far below this
 _CONNECT_TIMEOUT_S = 10.0
 _MAX_FOREIGN_MESSAGE = 4000
 
@@ -68,6 +62,11 @@ class SessionAddress:
     def to_dict(self) -> dict[str, Any]:
         return {"host": self.host, "port": self.port, "secret": self.secret,
                 "masters": list(self.masters)}
+
+    def public_dict(self) -> dict[str, Any]:
+        """Everything but the secret: what other clients learn through the master's lease
+        table (they call the service with their own application's credential)."""
+        return {"host": self.host, "port": self.port, "masters": list(self.masters)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> SessionAddress:
@@ -137,28 +136,6 @@ class TableInfo:
 # == wire format ================================================================================
 
 
-def recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(min(n - len(buf), 1 << 20))
-        if not chunk:
-            raise EOFError(f"connection closed after {len(buf)} of {n} bytes")
-        buf += chunk
-    return bytes(buf)
-
-
-def send_json(sock: socket.socket, obj: Any) -> None:
-    payload = json.dumps(obj, separators=(",", ":"), default=str).encode()
-    sock.sendall(_LEN.pack(len(payload)) + payload)
-
-
-def recv_json(sock: socket.socket) -> Any:
-    (n,) = _LEN.unpack(recv_exact(sock, _LEN.size))
-    if n > _MAX_FRAME:
-        raise InvalidArgumentError(f"session service frame of {n} bytes exceeds {_MAX_FRAME}")
-    return json.loads(recv_exact(sock, n))
-
-
 def encode_error(e: BaseException) -> dict[str, Any]:
     message = str(e)
     if not isinstance(e, KuduError) and len(message) > _MAX_FOREIGN_MESSAGE:
@@ -206,25 +183,37 @@ class SessionClient:
                 unknown.
             InvalidArgumentError: the service refused the secret.
         """
+        import pyarrow as pa
+        import pyarrow.flight as fl
+
+        from pyspark_kudu.rpc.auth import connect
+
         a = self.address
+        location = f"grpc+tcp://{a.host}:{a.port}"
         try:
-            conn = socket.create_connection((a.host, a.port), timeout=_CONNECT_TIMEOUT_S)
-        except OSError as e:
+            client = connect(location, a.secret.encode(), timeout_s=_CONNECT_TIMEOUT_S)
+        except NetworkError as e:
             raise SessionUnreachableError(
                 f"the kudu session service at {a.host}:{a.port} is not reachable ({e}): the "
                 f"KuduContext that registered format('kudu') may be closed; create a new "
                 f"one, and call the data source from its application") from e
+        except InvalidArgumentError as e:
+            raise InvalidArgumentError(
+                f"the kudu session service at {a.host}:{a.port} refused the call: wrong "
+                f"secret (only the data source its KuduContext registered, and clients of "
+                f"applications sharing its PYSPARK_KUDU_SECRET, may call it): {e}") from e
+        payload = json.dumps({"body": dict(body)}, separators=(",", ":"), default=str)
         try:
-            with conn as s:
-                s.settimeout(None)  # a commit lasts as long as its replication rounds
-                s.sendall(MAGIC + a.secret.encode())
-                send_json(s, {"method": method, "body": dict(body)})
-                reply = recv_json(s)
-        except (OSError, EOFError) as e:
+            # No deadline: a commit lasts as long as its replication rounds.
+            results = list(client.do_action(fl.Action(method, payload.encode())))
+            reply = json.loads(results[0].body.to_pybytes()) if results else {}
+        except (pa.ArrowException, fl.FlightError, ValueError, IndexError) as e:
             raise ServiceUnavailableError(
-                f"the connection to the kudu session service at {a.host}:{a.port} broke "
-                f"during {method!r} ({e}): its outcome is unknown (the KuduContext serving "
-                f"it may have been closed)") from e
+                f"the call to the kudu session service at {a.host}:{a.port} broke during "
+                f"{method!r} ({e}): its outcome is unknown (the KuduContext serving it may "
+                f"have been closed)") from e
+        finally:
+            client.close()
         if reply.get("ok"):
             return reply.get("result")
         raise decode_error(reply.get("error") or {})

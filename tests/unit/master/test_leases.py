@@ -84,16 +84,19 @@ def test_the_client_keeper_routes_renews_lets_idle_leases_lapse_and_releases(
         try:
             assert a.route(["t1", "t2"]) == {"t1": None, "t2": None}
             assert a.holds("t1") and not b.holds("t1")
-            # The other client is told where to forward (secret included, kept from repr).
-            assert b.route(["t1", "t3"]) == {"t1": a_addr, "t3": None}
-            assert b.route(["t1"])["t1"].secret == "sa"
+            # The other client is told where to forward, never the holder's secret (the
+            # master does not learn it): it calls with its own application's credential.
+            a_for_b = SessionAddress("127.0.0.1", 1, "sb")
+            assert b.route(["t1", "t3"]) == {"t1": a_for_b, "t3": None}
+            assert b.route(["t1"])["t1"].secret == "sb"
             # Renewed past several leases while in use, however long the use lasts.
             with a.using(["t1"]):
                 time.sleep(4.5)  # longer than idle_s and two leases: the use goes on
-                assert b.route(["t1"]) == {"t1": a_addr}
+                assert b.route(["t1"]) == {"t1": a_for_b}
             # Idle longer than idle_s: released, and the other client takes over.
             _wait(lambda: b.route(["t1"])["t1"] is None, "the idle lease lapsing")
-            assert not a.holds("t1") and a.route(["t1"]) == {"t1": b_addr}
+            assert not a.holds("t1") and a.route(["t1"]) == {
+                "t1": SessionAddress("127.0.0.1", 2, "sa")}
             # Leases off: every tablet is led here, nothing is asked of the master.
             assert off.route(["t1", "t3"]) == {"t1": None, "t3": None}
             # Closing releases at once.
