@@ -9,10 +9,12 @@ One Flight server per master process serves two kinds of ``do_action`` calls:
   error's class name, message and NotLeader hint, rebuilt into the same
   :mod:`pyspark_kudu.errors` class by :class:`FlightChannel`.
 
-An optional shared-secret token is checked by server middleware on every call
-(``authorization: Bearer <token>``, constant-time comparison). Transport failures map to
-``NetworkError`` (unreachable, retryable) and ``TimedOutError``; a wrong token to
-``InvalidArgumentError`` (retrying cannot fix it).
+An optional shared-secret token authenticates every call with the project's one Flight scheme
+(:mod:`pyspark_kudu.rpc.auth`: a mutual HMAC challenge-response per connection, then a
+single-use token per call; the token itself never crosses the wire). Transport failures map
+to ``NetworkError`` (unreachable, retryable) and ``TimedOutError``; a wrong token to
+``InvalidArgumentError`` (retrying cannot fix it). A server restarted meanwhile has forgotten
+the connection's session: the client authenticates again once and repeats the call.
 
 Outbound Raft traffic (:class:`FlightTransport`) runs one sender thread per peer that
 batches whatever queued while the previous call was in flight; when a peer is down the
@@ -24,7 +26,6 @@ Thread-safety: every class here is thread-safe.
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import threading
@@ -45,6 +46,7 @@ from pyspark_kudu.errors import (
     UsageError,
 )
 from pyspark_kudu.master.raft_transport import Envelope, decode_envelopes, encode_envelopes
+from pyspark_kudu.rpc.auth import HmacServerAuthHandler, connect
 
 __all__ = ["FlightChannel", "FlightTransport", "MasterFlightServer", "flight_location"]
 
@@ -63,9 +65,29 @@ def flight_location(address: str) -> str:
     return f"grpc+tcp://{address}"
 
 
-def _call_options(token: str | None, timeout: float) -> fl.FlightCallOptions:
-    headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
-    return fl.FlightCallOptions(timeout=timeout, headers=headers)
+def _call_options(timeout: float) -> fl.FlightCallOptions:
+    return fl.FlightCallOptions(timeout=timeout)
+
+
+_WRONG_TOKEN = ("rejected the request: wrong or missing shared-secret token; pass the "
+                "cluster's token (--token-file / PYSPARK_KUDU_MASTER_TOKEN)")
+
+
+def _open(address: str, token: str | None, timeout: float) -> fl.FlightClient:
+    """A client of the master at ``address``, authenticated if there is a ``token``.
+
+    Raises:
+        InvalidArgumentError: the master refused the token (or this client refused a
+            master that does not know it).
+        NetworkError: the master is unreachable.
+    """
+    if not token:
+        return fl.FlightClient(flight_location(address), generic_options=_GRPC_OPTIONS)
+    try:
+        return connect(flight_location(address), token.encode(), timeout_s=timeout,
+                       generic_options=_GRPC_OPTIONS)
+    except InvalidArgumentError as e:
+        raise InvalidArgumentError(f"master {address} {_WRONG_TOKEN} ({e})") from e
 
 
 def _encode_error(e: KuduError) -> Body:
@@ -97,32 +119,39 @@ class FlightChannel:
         self._lock = threading.Lock()
         self._client: fl.FlightClient | None = None
 
-    def _get(self) -> fl.FlightClient:
+    def _get(self, timeout: float) -> fl.FlightClient:
         with self._lock:
             if self._client is None:
-                self._client = fl.FlightClient(flight_location(self.address),
-                                               generic_options=_GRPC_OPTIONS)
+                self._client = _open(self.address, self._token, timeout)
             return self._client
+
+    def _drop(self) -> None:
+        with self._lock:
+            c, self._client = self._client, None
+        if c is not None:
+            c.close()
 
     def call(self, method: str, body: Body, timeout: float) -> Body:
         payload = json.dumps(body, separators=(",", ":")).encode()
-        try:
-            results = list(self._get().do_action(fl.Action(method, payload),
-                                                 _call_options(self._token, timeout)))
-        except fl.FlightUnauthenticatedError as e:
-            raise InvalidArgumentError(
-                f"master {self.address} rejected the request: wrong or missing shared-secret "
-                f"token; pass the cluster's token (--token-file / PYSPARK_KUDU_MASTER_TOKEN)"
-            ) from e
-        except fl.FlightTimedOutError as e:
-            raise TimedOutError(f"{method} to master {self.address} timed out after "
-                                f"{timeout:.1f} s") from e
-        except (fl.FlightUnavailableError, fl.FlightCancelledError) as e:
-            raise NetworkError(f"master {self.address} is unreachable: {e}") from e
-        except (fl.FlightError, pa.ArrowException) as e:
-            if "Deadline" in str(e):
-                raise TimedOutError(f"{method} to master {self.address} timed out") from e
-            raise NetworkError(f"{method} to master {self.address} failed: {e}") from e
+        for attempt in range(2):
+            try:
+                results = list(self._get(timeout).do_action(fl.Action(method, payload),
+                                                            _call_options(timeout)))
+                break
+            except fl.FlightUnauthenticatedError as e:
+                self._drop()
+                if attempt == 0 and self._token:
+                    continue  # the master restarted and forgot this session: once more
+                raise InvalidArgumentError(f"master {self.address} {_WRONG_TOKEN}") from e
+            except fl.FlightTimedOutError as e:
+                raise TimedOutError(f"{method} to master {self.address} timed out after "
+                                    f"{timeout:.1f} s") from e
+            except (fl.FlightUnavailableError, fl.FlightCancelledError) as e:
+                raise NetworkError(f"master {self.address} is unreachable: {e}") from e
+            except (fl.FlightError, pa.ArrowException) as e:
+                if "Deadline" in str(e):
+                    raise TimedOutError(f"{method} to master {self.address} timed out") from e
+                raise NetworkError(f"{method} to master {self.address} failed: {e}") from e
         if len(results) != 1:
             raise RemoteError(f"master {self.address} sent {len(results)} results for {method}")
         out = json.loads(results[0].body.to_pybytes())
@@ -132,10 +161,7 @@ class FlightChannel:
         raise _decode_error(out.get("error", {}), self.address)
 
     def close(self) -> None:
-        with self._lock:
-            c, self._client = self._client, None
-        if c is not None:
-            c.close()
+        self._drop()
 
 
 class _PeerSender:
@@ -184,14 +210,17 @@ class _PeerSender:
                 if self._client is None or self._client_addr != addr:
                     if self._client is not None:
                         self._client.close()
-                    self._client = fl.FlightClient(flight_location(addr),
-                                                   generic_options=_GRPC_OPTIONS)
+                    self._client = None
+                    self._client = _open(addr, self._t.token, self._t.rpc_timeout_s)
                     self._client_addr = addr
                 list(self._client.do_action(
                     fl.Action(RAFT_ACTION, encode_envelopes(batch)),
-                    _call_options(self._t.token, self._t.rpc_timeout_s)))
+                    _call_options(self._t.rpc_timeout_s)))
                 failures = 0
-            except (fl.FlightError, pa.ArrowException, OSError) as e:
+            except (fl.FlightError, pa.ArrowException, OSError, KuduError) as e:
+                if isinstance(e, fl.FlightUnauthenticatedError) and self._client is not None:
+                    self._client.close()  # the peer restarted: authenticate again next time
+                    self._client = None
                 failures += 1
                 if failures == 1:
                     _log.info("master %s cannot reach %s at %s: %s", self._t.node_id,
@@ -239,25 +268,13 @@ class FlightTransport:
 # == server side ================================================================================
 
 
-class _TokenMiddlewareFactory(fl.ServerMiddlewareFactory):  # type: ignore[misc]
-    def __init__(self, token: str) -> None:
-        super().__init__()
-        self._expected = f"Bearer {token}".encode()
-
-    def start_call(self, info: Any, headers: dict[str, list[Any]]) -> None:
-        got = headers.get("authorization") or headers.get("Authorization") or [""]
-        value = got[0].encode() if isinstance(got[0], str) else bytes(got[0])
-        if not hmac.compare_digest(value, self._expected):
-            raise fl.FlightUnauthenticatedError("wrong or missing shared-secret token")
-
-
 class MasterFlightServer(fl.FlightServerBase):  # type: ignore[misc]
     """Serves ``raft`` and the master service methods; starts listening when constructed."""
 
     def __init__(self, address: str, *, deliver: Callable[[list[Envelope]], None],
                  handle: Callable[[str, Body], Body], token: str | None = None) -> None:
-        middleware = {"token": _TokenMiddlewareFactory(token)} if token else None
-        super().__init__(flight_location(address), middleware=middleware)
+        auth = HmacServerAuthHandler(token.encode()) if token else None
+        super().__init__(flight_location(address), auth_handler=auth)
         self._deliver = deliver
         self._handle = handle
 

@@ -9,7 +9,8 @@ Layout of ``--data-dir``::
 
 Security: the master serves on its peer address (``127.0.0.1`` in :data:`DEFAULT_PEERS`)
 unless ``--listen`` says otherwise. With a shared-secret ``token`` every call (client RPC
-and Raft alike) must carry it (:mod:`~pyspark_kudu.master.flight`); a master refuses to
+and Raft alike) must be authenticated with it, by HMAC challenge-response: the token never
+crosses the wire (:mod:`~pyspark_kudu.master.flight`); a master refuses to
 start on a non-loopback address without a token unless ``allow_unauthenticated`` is set, so
 a catalog is never writable from the network by accident. The data dir and everything in it
 is private to the master's user (``0700`` directories, ``0600`` files).

@@ -1,9 +1,9 @@
 """RPC plumbing for the project's Arrow Flight services.
 
 :mod:`pyspark_kudu.rpc.auth` holds the authentication scheme: a mutual HMAC-SHA256
-challenge-response handshake, then a fresh, single-use MAC token on every call. The resident
-tablet servers use it today; the master (a bearer token) and the driver's session service
-(a secret over plain TCP) are still to move onto it.
+challenge-response handshake, then a fresh, single-use MAC token on every call. All three
+Flight services use it: the resident tablet servers and the driver's session service (over
+the application's ``PYSPARK_KUDU_SECRET``) and the masters (over their shared token).
 """
 
 from __future__ import annotations

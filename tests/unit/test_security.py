@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
 import socket
@@ -35,6 +36,7 @@ from pyspark_kudu.master.flight import RAFT_ACTION, flight_location
 from pyspark_kudu.master.localcluster import MasterProcessCluster, free_ports
 from pyspark_kudu.master.locations import run_location_mapping_cmd
 from pyspark_kudu.master.server import MasterServer, MasterServerConfig, is_loopback_address
+from pyspark_kudu.rpc.auth import connect
 from pyspark_kudu.schema import ColumnSchema, Schema
 from pyspark_kudu.spark.host.identity import ensure_instance
 from pyspark_kudu.spark.replication.peer_transport import DirectTransport
@@ -42,6 +44,7 @@ from pyspark_kudu.spark.replication.tablet_leader import TabletLeader, TabletRep
 from pyspark_kudu.tablet import OpType, Tablet, encode_write_batch
 from pyspark_kudu.tools.connect import read_token
 from pyspark_kudu.wal import WalOptions
+from tests.netcapture import CapturingProxy
 
 FAST = ReplicaOptions(tick_interval_s=0.02, election_ticks=15, heartbeat_ticks=2)
 SCHEMA = Schema((ColumnSchema("id", "int64", nullable=False), ColumnSchema("v", "string")),
@@ -279,17 +282,37 @@ def test_raft_messages_without_the_token_are_refused(
     master_process: MasterProcessCluster,
 ) -> None:
     (addr,) = master_process.peers.values()
-    client = fl.FlightClient(flight_location(addr))
+    client = fl.FlightClient(flight_location(addr))  # never authenticated
     try:
-        for headers in ([], [(b"authorization", b"Bearer wrong")]):
-            with pytest.raises(fl.FlightUnauthenticatedError):
-                list(client.do_action(fl.Action(RAFT_ACTION, b"[]"),
-                                      fl.FlightCallOptions(timeout=5, headers=headers)))
-        good = [(b"authorization", f"Bearer {TOKEN}".encode())]
-        assert list(client.do_action(fl.Action(RAFT_ACTION, b"[]"),
-                                     fl.FlightCallOptions(timeout=5, headers=good))) == []
+        with pytest.raises(fl.FlightUnauthenticatedError):
+            list(client.do_action(fl.Action(RAFT_ACTION, b"[]"),
+                                  fl.FlightCallOptions(timeout=5)))
     finally:
         client.close()
+    with pytest.raises(InvalidArgumentError, match="secret"):
+        connect(flight_location(addr), b"wrong", timeout_s=5)
+    good = connect(flight_location(addr), TOKEN.encode(), timeout_s=5)
+    try:
+        assert list(good.do_action(fl.Action(RAFT_ACTION, b"[]"),
+                                   fl.FlightCallOptions(timeout=5))) == []
+    finally:
+        good.close()
+
+
+def test_the_masters_token_never_crosses_the_wire(
+    master_process: MasterProcessCluster,
+) -> None:
+    (addr,) = master_process.peers.values()
+    proxy = CapturingProxy(int(addr.rpartition(":")[2]))
+    try:
+        with MasterClient(f"127.0.0.1:{proxy.port}", token=TOKEN, timeout_s=10,
+                          check_master_count=False) as c:
+            assert c.call("status", any_master=True)["role"] == "leader"
+    finally:
+        proxy.close()
+    wire = proxy.captured()
+    assert b"status" in wire, "the capture must have seen the call"
+    assert TOKEN.encode() not in wire and base64.b64encode(TOKEN.encode()) not in wire
 
 
 def _non_loopback_ip() -> str | None:
