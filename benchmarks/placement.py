@@ -18,10 +18,12 @@ Run: ``.venv/bin/python benchmarks/placement.py`` (``--quick`` for a 10x smaller
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import platform
 import random
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -159,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
 
     rep = plan.report
     result = {
+        "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                                 cwd=Path(__file__).resolve().parents[1]).stdout.strip(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "inputs": {
             "tablets": args.tablets, "replication_factor": args.rf,
             "tablet_servers": len(servers), "locations": args.locations,
