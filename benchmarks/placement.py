@@ -78,6 +78,14 @@ def plot(path: Path, before: ClusterSnapshot, after: ClusterSnapshot, title: str
     plt.close(fig)
 
 
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).resolve().parents[1]).stdout.strip()
+    except OSError:  # no git here: the JSON says so
+        return ""
+
+
 def _new_servers(n: int, locations: int) -> list[TabletServer]:
     """``n`` empty servers spread round-robin over the existing locations ``/loc0``..."""
     return [TabletServer(f"ts-new-{k}", f"host-new-{k}", location=f"/loc{k % locations}")
@@ -161,8 +169,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rep = plan.report
     result = {
-        "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                                 cwd=Path(__file__).resolve().parents[1]).stdout.strip(),
+        "commit": _commit(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "inputs": {
             "tablets": args.tablets, "replication_factor": args.rf,
