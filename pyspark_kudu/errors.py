@@ -20,6 +20,7 @@ __all__ = [
     "CompactedError",
     "ConsensusError",
     "CorruptionError",
+    "CredentialError",
     "DiskFullError",
     "EntryUnavailableError",
     "FencedError",
@@ -66,6 +67,11 @@ class InvalidArgumentError(UsageError):
     """An argument is malformed or out of range (Kudu ``InvalidArgument``)."""
 
     status = "InvalidArgument"
+
+
+class CredentialError(InvalidArgumentError):
+    """A service and its caller do not share the credential (``PYSPARK_KUDU_SECRET``, or
+    the masters' token): either side refused the other. Retrying cannot help."""
 
 
 class IllegalStateError(UsageError):

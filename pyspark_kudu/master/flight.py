@@ -13,7 +13,7 @@ An optional shared-secret token authenticates every call with the project's one 
 (:mod:`pyspark_kudu.rpc.auth`: a mutual HMAC challenge-response per connection, then a
 single-use token per call; the token itself never crosses the wire). Transport failures map
 to ``NetworkError`` (unreachable, retryable) and ``TimedOutError``; a wrong token to
-``InvalidArgumentError`` (retrying cannot fix it). A server restarted meanwhile has forgotten
+``CredentialError`` (retrying cannot fix it). A server restarted meanwhile has forgotten
 the connection's session: the client authenticates again once and repeats the call.
 
 Outbound Raft traffic (:class:`FlightTransport`) runs one sender thread per peer that
@@ -37,6 +37,7 @@ import pyarrow.flight as fl
 
 from pyspark_kudu import errors
 from pyspark_kudu.errors import (
+    CredentialError,
     InvalidArgumentError,
     KuduError,
     NetworkError,
@@ -77,7 +78,7 @@ def _open(address: str, token: str | None, timeout: float) -> fl.FlightClient:
     """A client of the master at ``address``, authenticated if there is a ``token``.
 
     Raises:
-        InvalidArgumentError: the master refused the token (or this client refused a
+        CredentialError: the master refused the token (or this client refused a
             master that does not know it).
         NetworkError: the master is unreachable.
     """
@@ -86,8 +87,8 @@ def _open(address: str, token: str | None, timeout: float) -> fl.FlightClient:
     try:
         return connect(flight_location(address), token.encode(), timeout_s=timeout,
                        generic_options=_GRPC_OPTIONS)
-    except InvalidArgumentError as e:
-        raise InvalidArgumentError(f"master {address} {_WRONG_TOKEN} ({e})") from e
+    except CredentialError as e:
+        raise CredentialError(f"master {address} {_WRONG_TOKEN} ({e})") from e
 
 
 def _encode_error(e: KuduError) -> Body:
@@ -142,7 +143,7 @@ class FlightChannel:
                 self._drop()
                 if attempt == 0 and self._token:
                     continue  # the master restarted and forgot this session: once more
-                raise InvalidArgumentError(f"master {self.address} {_WRONG_TOKEN}") from e
+                raise CredentialError(f"master {self.address} {_WRONG_TOKEN}") from e
             except fl.FlightTimedOutError as e:
                 raise TimedOutError(f"{method} to master {self.address} timed out after "
                                     f"{timeout:.1f} s") from e

@@ -53,7 +53,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as fl
 
-from pyspark_kudu.errors import InvalidArgumentError, NetworkError
+from pyspark_kudu.errors import CredentialError, InvalidArgumentError, NetworkError
 
 __all__ = ["SECRET_ENV", "HmacClientAuthHandler", "HmacServerAuthHandler", "check_listen",
            "connect", "is_loopback", "new_secret", "secret_from_env"]
@@ -255,7 +255,7 @@ def connect(location: str, secret: bytes, *, timeout_s: float = 10.0,
     """Open a Flight client to ``location`` and authenticate it with ``secret``.
 
     Raises:
-        InvalidArgumentError: either side refused the credential (the secrets differ).
+        CredentialError: either side refused the credential (the secrets differ).
         NetworkError: the server is unreachable or did not answer within ``timeout_s``.
     """
     handler = HmacClientAuthHandler(secret)
@@ -265,7 +265,7 @@ def connect(location: str, secret: bytes, *, timeout_s: float = 10.0,
     except fl.FlightUnauthenticatedError as e:
         client.close()
         who = "this client refused" if handler.server_refused else "credential refused by"
-        raise InvalidArgumentError(f"{who} server {location}: the shared secrets differ; "
+        raise CredentialError(f"{who} server {location}: the shared secrets differ; "
                                    f"give both sides the cluster's {SECRET_ENV}") from e
     except pa.ArrowException as e:
         client.close()

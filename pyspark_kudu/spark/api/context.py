@@ -357,8 +357,9 @@ class KuduContext(WritePath, ReplicaManagement):
         return TableInfo(
             table=table, schema=locs.table.schema,
             partition_schema=dict(locs.table.partition_schema),
-            tablets=tuple(TabletInfo(t.tablet_id, tuple(r.ts_uuid for r in t.replicas),
-                                     t.leader, t.committed_index or None)
+            # Voters only: a NON_VOTER may still be receiving its tablet copy.
+            tablets=tuple(TabletInfo(t.tablet_id, tuple(t.voters), t.leader,
+                                     t.committed_index or None)
                           for t in locs.tablets),
             tservers={s.uuid: (s.host, s.root, s.address, where.get(s.uuid))
                       for s in self.servers},

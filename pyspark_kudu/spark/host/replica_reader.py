@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from pyspark_kudu.errors import (
+    CredentialError,
     InvalidArgumentError,
     NetworkError,
     NotFoundError,
@@ -166,9 +167,11 @@ def read_tablet(scan: TabletScan, host: str | None = None,
         except _SKIPPABLE as e:
             tried.append(f"{choice.ts_uuid}: {type(e).__name__}: {e}")
             continue
+        except CredentialError:
+            raise  # this worker and that server do not share the credential: say so
         except InvalidArgumentError as e:
-            if not implicit or "secret" in str(e):
-                raise  # the user's snapshot, or a credential problem: no replica can help
+            if not implicit:
+                raise  # the user's snapshot is older than the history kept
             tried.append(f"{choice.ts_uuid}: {e}")  # our snapshot: try another replica
             continue
         if first is not None:

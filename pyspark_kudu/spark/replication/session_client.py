@@ -24,6 +24,7 @@ from typing import Any
 
 from pyspark_kudu import errors
 from pyspark_kudu.errors import (
+    CredentialError,
     InvalidArgumentError,
     KuduError,
     NetworkError,
@@ -78,7 +79,8 @@ class SessionAddress:
 class TabletInfo:
     """One tablet as :meth:`SessionClient.describe` reports it.
 
-    ``leader`` is the replica the master lists as leader ("" if none reported a commit yet)
+    ``replicas``: the voters, the replicas a scan may read. ``leader`` is the replica the
+    master lists as leader ("" if none reported a commit yet)
     and ``known_commit`` the commit index reported with it (None when unknown): a scan of
     the leader replica at that index sees every write this client committed.
     """
@@ -197,8 +199,8 @@ class SessionClient:
                 f"the kudu session service at {a.host}:{a.port} is not reachable ({e}): the "
                 f"KuduContext that registered format('kudu') may be closed; create a new "
                 f"one, and call the data source from its application") from e
-        except InvalidArgumentError as e:
-            raise InvalidArgumentError(
+        except CredentialError as e:
+            raise CredentialError(
                 f"the kudu session service at {a.host}:{a.port} refused the call: wrong "
                 f"secret (only the data source its KuduContext registered, and clients of "
                 f"applications sharing its PYSPARK_KUDU_SECRET, may call it): {e}") from e
