@@ -5,8 +5,8 @@
    the same cached DataFrame. Goal: parquet time / kudu time >= 0.5.
    The write returns once committed on a majority; the time until every replica also
    applied it (the service's settle round) is reported too.
-2. Full scan: the same aggregate over ``KuduContext.read_table`` (pinned scans, DESIGN §4:
-   the scan for local-disk clusters) and over ``spark.read.parquet``. Goal: >= 0.8.
+2. Full scan: the same aggregate over ``KuduContext.read_table`` (scan tokens preferring
+   the replicas' hosts, DESIGN §1) and over ``spark.read.parquet``. Goal: >= 0.8.
 3. Primary-key point lookup: Spark tasks and files touched, kudu vs parquet.
 4. Reference only: ``deltalake.write_deltalake`` of the same rows as one Arrow table in this
    process (no Spark, no replication).

@@ -3,7 +3,7 @@
 Part 1 drives a 3-replica Raft group in-process: election, commits, leader loss, rejoin.
 Part 2 starts a local SparkSession with 3 virtual tablet servers and an embedded master,
 creates an RF=3 table, writes rows (with a duplicate to show Kudu's per-row errors), and reads
-them back through pinned scans. Part 3 runs ``spark-submit jobs/ingest.py`` on a generated CSV
+them back through scans. Part 3 runs ``spark-submit jobs/ingest.py`` on a generated CSV
 (embedded master, local mode) and prints the ksck summary.
 
     python jobs/demo.py [--seed N] [--rows N]

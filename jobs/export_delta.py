@@ -3,7 +3,7 @@
     spark-submit jobs/export_delta.py --table events --dest /data/events_delta \\
         [--snapshot INDEX] [--mode overwrite|append|error]
 
-The table is read once through :meth:`~pyspark_kudu.KuduContext.read_table` (pinned scans of
+The table is read once through :meth:`~pyspark_kudu.KuduContext.read_table` (scans of
 committed data, one scan per tablet) and handed to ``deltalake.write_deltalake`` as one Arrow
 table: delta-spark's jars are not reachable here (DESIGN §4). The rows are collected on the
 driver, so the table must fit in the driver's memory.
