@@ -21,7 +21,9 @@ batches whatever queued while the previous call was in flight; when a peer is do
 batch is dropped (Raft retransmits) and the sender backs off briefly. gRPC's reconnect
 backoff is capped so a restarted master is reached again within half a second.
 
-Thread-safety: every class here is thread-safe.
+Thread-safety: every class here is thread-safe. A :class:`FlightChannel` shares one client
+between threads and never closes it under a call (only :meth:`FlightChannel.close` does,
+when the channel is done).
 """
 
 from __future__ import annotations
@@ -126,21 +128,24 @@ class FlightChannel:
                 self._client = _open(self.address, self._token, timeout)
             return self._client
 
-    def _drop(self) -> None:
+    def _forget(self, client: fl.FlightClient) -> None:
+        """Stop handing out ``client`` (its session is gone). It is not closed here: other
+        threads may be in a call on it (closing it under them crashes the process); it is
+        released when the last of them drops it."""
         with self._lock:
-            c, self._client = self._client, None
-        if c is not None:
-            c.close()
+            if self._client is client:
+                self._client = None
 
     def call(self, method: str, body: Body, timeout: float) -> Body:
         payload = json.dumps(body, separators=(",", ":")).encode()
         for attempt in range(2):
+            client = self._get(timeout)
             try:
-                results = list(self._get(timeout).do_action(fl.Action(method, payload),
-                                                            _call_options(timeout)))
+                results = list(client.do_action(fl.Action(method, payload),
+                                                _call_options(timeout)))
                 break
             except fl.FlightUnauthenticatedError as e:
-                self._drop()
+                self._forget(client)
                 if attempt == 0 and self._token:
                     continue  # the master restarted and forgot this session: once more
                 raise CredentialError(f"master {self.address} {_WRONG_TOKEN}") from e
@@ -162,7 +167,10 @@ class FlightChannel:
         raise _decode_error(out.get("error", {}), self.address)
 
     def close(self) -> None:
-        self._drop()
+        with self._lock:
+            c, self._client = self._client, None
+        if c is not None:
+            c.close()
 
 
 class _PeerSender:
