@@ -42,6 +42,7 @@ from pyspark_kudu.tablet.ops import (
     is_write_batch,
 )
 from pyspark_kudu.tablet.rowset import DeltaFileMeta, RowSetMeta
+from pyspark_kudu.tablet.scan import TabletScanner
 from pyspark_kudu.tablet.state import TabletEvent, TabletState
 from pyspark_kudu.tablet.superblock import Superblock, tablet_dir
 from pyspark_kudu.tablet.tablet import Tablet
@@ -66,6 +67,7 @@ __all__ = [
     "TabletEvent",
     "TabletMetrics",
     "TabletOptions",
+    "TabletScanner",
     "TabletState",
     "WriteBatch",
     "WriteResult",

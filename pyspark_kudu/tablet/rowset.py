@@ -252,6 +252,21 @@ class DiskRowSet:
                 path, filesystem=fs, file_size=self.meta.size_bytes)
         return self._fragment
 
+    def open_fragment(self) -> tuple[ds.ParquetFileFragment, pa.NativeFile | None]:
+        """A fragment over the file opened *now*, and the open file (close it when done).
+
+        A local file stays readable through its descriptor after another process deleted it
+        (a compaction there), so a scan planned under the replica's lock can stream after
+        releasing it. Non-local roots give the path-based fragment and no file."""
+        if not self._fileio.is_local:
+            return self.fragment(), None
+        f = pa.OSFile(self._fileio.local_path(self.meta.file))
+        try:
+            return ds.ParquetFileFormat().make_fragment(f), f
+        except BaseException:
+            f.close()
+            raise
+
     def read_all(self, columns: Sequence[str] | None = None) -> pa.Table:
         fs, path = arrow_filesystem(self._fileio, self.meta.file)
         return pq.read_table(path, filesystem=fs, columns=None if columns is None

@@ -15,6 +15,8 @@ source:
   is filtered by Arrow compute, and only projected columns are materialised.
 - **Bounded output**: batches carry at most ``batch_rows`` rows and the scan streams one
   batch at a time, so memory stays bounded by the read-ahead of one file.
+- **Pinned files**: a :class:`TabletScanner` opens its rowset files when it is planned, so
+  it keeps reading them after a compaction (in this process or another) replaced them.
 
 Output order is rowsets in superblock order, then the MemRowSet; it is not globally sorted
 (Kudu's default scans are unordered too).
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,10 +45,21 @@ from pyspark_kudu.tablet.keys import END_COLUMN, ROW_COLUMN, TS_COLUMN
 from pyspark_kudu.tablet.memrowset import MemRowSetView
 from pyspark_kudu.tablet.rowset import DiskRowSet, RowSetMeta, physical_schema
 
-__all__ = ["RowSetSource", "ScanPlan", "combine", "key_predicates", "rowset_may_match"]
+__all__ = [
+    "RowSetSource",
+    "ScanPlan",
+    "TabletScanner",
+    "combine",
+    "key_predicates",
+    "rowset_may_match",
+]
 
 I64 = npt.NDArray[np.int64]
 _MAX_KEY_COMBINATIONS = 256
+#: Batches a rowset scan decodes ahead of its consumer: enough to overlap decoding with the
+#: consumer's work, few enough that a scan's memory is a handful of batches (Arrow's default,
+#: 16, holds a million rows ahead at the default batch size).
+_BATCH_READAHEAD = 2
 
 
 def combine(exprs: Sequence[ds.Expression]) -> ds.Expression | None:
@@ -82,8 +95,13 @@ def rowset_may_match(meta: RowSetMeta, schema: Schema, preds: Sequence[Predicate
 
 @dataclass(frozen=True)
 class RowSetSource:
+    """One pinned rowset of a plan: its fragment (over a file opened when the scan was
+    planned, when local), that file, and the rows ended by deltas at or before the snapshot."""
+
     rowset: DiskRowSet
-    dead: I64  # rows ended by deltas at or before the snapshot
+    dead: I64
+    fragment: ds.ParquetFileFragment
+    file: pa.NativeFile | None = None
 
 
 @dataclass(frozen=True)
@@ -114,8 +132,9 @@ class ScanPlan:
         if len(src.dead):
             parts.append(~pc.field(ROW_COLUMN).isin(pa.array(src.dead, type=pa.int64())))
         scanner = ds.Scanner.from_fragment(
-            src.rowset.fragment(), schema=physical_schema(self.schema), columns=list(self.columns),
-            filter=combine(parts), batch_size=self.batch_rows)
+            src.fragment, schema=physical_schema(self.schema), columns=list(self.columns),
+            filter=combine(parts), batch_size=self.batch_rows,
+            batch_readahead=_BATCH_READAHEAD, fragment_readahead=1)
         for batch in scanner.to_batches():
             if batch.num_rows:
                 yield batch
@@ -137,6 +156,55 @@ class ScanPlan:
         for batch in table.to_batches(max_chunksize=self.batch_rows):
             if batch.num_rows:
                 yield batch
+
+
+class TabletScanner(Iterator[pa.RecordBatch]):
+    """An open scan: planned, its rowsets pinned and their files open. Iterate it for the
+    batches (each read when asked for: memory is bounded by one batch and one file's
+    read-ahead, whatever the tablet's size), and close it (or exhaust it) to release the
+    pins and files. Usable as a context manager. Single-consumer."""
+
+    def __init__(self, plan: ScanPlan, on_rowset: Callable[[], None] = lambda: None) -> None:
+        self.plan = plan
+        self._on_rowset = on_rowset
+        self._batches = self._generate()
+        self._closed = False
+
+    def _generate(self) -> Generator[pa.RecordBatch, None, None]:
+        user = self.plan.user_filter()
+        for src in self.plan.rowsets:
+            self._on_rowset()
+            yield from self.plan.rowset_batches(src, user)
+        yield from self.plan.mrs_batches(user)
+
+    def __next__(self) -> pa.RecordBatch:
+        if self._closed:
+            raise StopIteration
+        try:
+            return next(self._batches)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Release the scan's files and pins (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._batches.close()
+        for src in self.plan.rowsets:
+            if src.file is not None:
+                src.file.close()
+            src.rowset.unpin()
+
+    def __enter__(self) -> TabletScanner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
 
 
 def key_predicates(schema: Schema, key: Any) -> list[Predicate]:

@@ -61,7 +61,13 @@ from pyspark_kudu.tablet.rowset import (
     delta_file,
     write_delta_file,
 )
-from pyspark_kudu.tablet.scan import RowSetSource, ScanPlan, key_predicates, rowset_may_match
+from pyspark_kudu.tablet.scan import (
+    RowSetSource,
+    ScanPlan,
+    TabletScanner,
+    key_predicates,
+    rowset_may_match,
+)
 from pyspark_kudu.tablet.state import TabletEvent, TabletState, next_state
 from pyspark_kudu.tablet.superblock import SUPERBLOCK_FILE, Superblock, tablet_dir
 from pyspark_kudu.tablet.tablet_options import TabletMetrics, TabletOptions
@@ -431,13 +437,29 @@ class Tablet:
         """Record batches (at most ``batch_rows`` rows each) of the rows visible at ``snapshot``.
 
         ``columns`` is the projection (default: all, in schema order); ``predicates`` are
-        ANDed. Arguments are validated now; files are opened lazily as the iterator advances.
+        ANDed. Arguments are validated now; the scan is planned and its files opened when
+        the iterator first advances (:meth:`open_scan` plans at once).
 
         Raises:
             NotFoundError: an unknown column.
             InvalidArgumentError: a bad value, or a snapshot below the ancient history mark.
             ServiceUnavailableError: a snapshot above the applied index (replica lagging).
         """
+        cols, bound, snap, rows = self._scan_args(columns, predicates, snapshot, batch_rows)
+        return self._scan_iter(cols, bound, snap, rows)
+
+    def open_scan(self, columns: Sequence[str] | None = None,
+                  predicates: Iterable[Predicate] = (), snapshot: int | None = None,
+                  batch_rows: int | None = None) -> TabletScanner:
+        """:meth:`scan`, planned now: the rowsets it reads are pinned and their files open
+        when this returns, so the caller may release any outer lock and stream afterwards.
+        Close the scanner (or exhaust it). Raises as :meth:`scan`."""
+        cols, bound, snap, rows = self._scan_args(columns, predicates, snapshot, batch_rows)
+        return self._plan_scan(cols, bound, snap, rows)
+
+    def _scan_args(self, columns: Sequence[str] | None, predicates: Iterable[Predicate],
+                   snapshot: int | None, batch_rows: int | None
+                   ) -> tuple[tuple[str, ...], tuple[Predicate, ...], int, int]:
         with self._lock:
             self._require_running()
             schema = self.schema
@@ -449,7 +471,7 @@ class Tablet:
         rows = batch_rows or self._options.scan_batch_rows
         if rows < 1:
             raise InvalidArgumentError(f"batch_rows must be at least 1, got {rows}")
-        return self._scan_iter(cols, bound, snap, rows)
+        return cols, bound, snap, rows
 
     def _check_snapshot(self, snap: int) -> None:
         if snap < self.ancient_history_mark:
@@ -466,27 +488,37 @@ class Tablet:
 
     def _scan_iter(self, cols: tuple[str, ...], preds: tuple[Predicate, ...], snap: int,
                    rows: int) -> Generator[pa.RecordBatch, None, None]:
-        with self._lock:
-            self._require_running()
-            self._check_snapshot(snap)
-            assert self._mrs is not None
-            sources = []
-            for rs in self._rowsets:
-                if rs.meta.min_ts > snap or not rowset_may_match(rs.meta, self.schema, preds):
-                    continue
-                rs.pin()
-                sources.append(RowSetSource(rs, rs.dead_rows(snap)))
-            plan = ScanPlan(self.schema, cols, preds, snap, rows, tuple(sources),
-                            self._mrs.view() if len(self._mrs) else None)
+        with self._plan_scan(cols, preds, snap, rows) as scanner:
+            yield from scanner
+
+    def _plan_scan(self, cols: tuple[str, ...], preds: tuple[Predicate, ...], snap: int,
+                   rows: int) -> TabletScanner:
+        sources: list[RowSetSource] = []
         try:
-            user = plan.user_filter()
-            for src in plan.rowsets:
-                self._count("rowset_files_opened")
-                yield from plan.rowset_batches(src, user)
-            yield from plan.mrs_batches(user)
-        finally:
+            with self._lock:
+                self._require_running()
+                self._check_snapshot(snap)
+                assert self._mrs is not None
+                for rs in self._rowsets:
+                    if (rs.meta.min_ts > snap
+                            or not rowset_may_match(rs.meta, self.schema, preds)):
+                        continue
+                    rs.pin()
+                    try:
+                        fragment, f = rs.open_fragment()
+                    except BaseException:
+                        rs.unpin()
+                        raise
+                    sources.append(RowSetSource(rs, rs.dead_rows(snap), fragment, f))
+                plan = ScanPlan(self.schema, cols, preds, snap, rows, tuple(sources),
+                                self._mrs.view() if len(self._mrs) else None)
+        except BaseException:
             for src in sources:
+                if src.file is not None:
+                    src.file.close()
                 src.rowset.unpin()
+            raise
+        return TabletScanner(plan, lambda: self._count("rowset_files_opened"))
 
     def scan_table(self, columns: Sequence[str] | None = None,
                    predicates: Iterable[Predicate] = (), snapshot: int | None = None) -> pa.Table:

@@ -35,13 +35,12 @@ def kudu(spark: SparkSession, tmp_path: Path) -> Iterator[KuduContext]:
 
 def _rows_on(ctx: KuduContext, ts: str, tablet_id: str, known_commit: int | None = None
              ) -> list[tuple[int, str]]:
-    import pyarrow as pa
 
     root = {s.uuid: s.root for s in ctx.servers}[ts]
     assert root is not None
     out = []
-    for ipc in scan_replica(root, tablet_id, None, (), None, known_commit=known_commit):
-        out.extend(pa.ipc.open_stream(ipc).read_all().to_pylist())
+    for batch in scan_replica(root, tablet_id, None, (), None, known_commit=known_commit):
+        out.extend(batch.to_pylist())
     return sorted((r["id"], r["v"]) for r in out)
 
 

@@ -487,18 +487,22 @@ class KuduContext(WritePath, ReplicaManagement):
         return {str(t["uuid"]): t.get("location") for t in self.master.list_tservers()}
 
     def known_commit(self, tablet_id: str, reported_leader: str, reported_commit: int
-                     ) -> tuple[str, int | None]:
-        """The replica leading ``tablet_id`` and the commit index a read must see: this
-        client's own leader's, else the last one any client reported (entries up to it are
-        committed for good), else None (each replica serves what it knows committed)."""
+                     ) -> tuple[str, int | None, int | None]:
+        """The replica leading ``tablet_id``, the commit index a read must see and that
+        entry's term when known: this client's own leader's (with the term, so a follower
+        holding the entry can serve the read), else the last one any client reported
+        (entries up to it are committed for good; no term), else None (each replica serves
+        what it knows committed)."""
         with self._lock:
             lead = self._leaders.get(tablet_id)
         if lead is not None and lead.node is not None:
-            return lead.leader_id, lead.node.commit_index
+            commit = lead.node.commit_index
+            term = lead.node.log.term_or_zero(commit)
+            return lead.leader_id, commit, term or None
         if (reported_leader and reported_commit
                 and reported_leader not in self.transport.unreachable()):
-            return reported_leader, reported_commit
-        return reported_leader, None
+            return reported_leader, reported_commit, None
+        return reported_leader, None, None
 
 def _identify(_: object, conf_root: str | None = None) -> tuple[TabletServerInfo, str]:
     """Executor side of discovery on a cluster: this host's tablet server and its resident

@@ -64,7 +64,7 @@ class ScanClient(Protocol):
                     ) -> dict[str, tuple[str, int]]: ...
 
     def known_commit(self, tablet_id: str, reported_leader: str, reported_commit: int
-                     ) -> tuple[str, int | None]: ...
+                     ) -> tuple[str, int | None, int | None]: ...
 
 
 def read_table(kudu: ScanClient, name: str, columns: Sequence[str] | None,
@@ -125,11 +125,13 @@ def scan_tokens(kudu: ScanClient, name: str, columns: Sequence[str] | None,
         tid = tablet.tablet_id
         require = False
         known: int | None
+        term: int | None = None
         if tid in points:
             leader, known = points[tid]
             require = True
         else:
-            leader, known = kudu.known_commit(tid, tablet.leader, tablet.committed_index)
+            leader, known, term = kudu.known_commit(tid, tablet.leader,
+                                                    tablet.committed_index)
         voters = [r.ts_uuid for r in tablet.replicas
                   if r.member_type is MemberType.VOTER and r.ts_uuid not in unreachable]
         if require or (locality == "leader_only" and leader):
@@ -140,7 +142,7 @@ def scan_tokens(kudu: ScanClient, name: str, columns: Sequence[str] | None,
         if not chosen:
             raise ServiceUnavailableError(f"tablet {tid} of {name}: no replica is reachable")
         tokens.append(TabletScan(name, tid, tuple(chosen), cols, tuple(predicates), snapshot,
-                                 known, require, data_root_conf=conf_root,
+                                 known, require, data_root_conf=conf_root, commit_term=term,
                                  host_locations=host_locations, types=types))
     return tokens, out_schema, schema
 

@@ -65,6 +65,7 @@ Thread-safety: :func:`handle_requests` is reentrant; per-replica exclusion is th
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import errno
 import json
@@ -117,6 +118,7 @@ __all__ = [
     "PeerResponse",
     "ReplicaState",
     "RequestKind",
+    "catch_up",
     "handle_requests",
     "read_applied",
     "read_writers",
@@ -448,6 +450,45 @@ def _persist_leader(
     applied_now = _apply_committed(io, storage, applied, new_hs.commit, applier, host)
     return _ok(req, host, last_index=storage.last_index(), applied=applied_now,
                results=tuple(applier.results))
+
+
+def catch_up(root: str, tablet_id: str, io: FileIO, handle: ReplicaHandle,
+             known_commit: int | None = None, *, trusted: bool = False,
+             commit_term: int | None = None, host: str = "") -> int:
+    """(Replica lock held.) Bring the replica's tablet up to everything it may know committed,
+    as a settle round would, and return its applied index. A scan calls this instead of
+    rebuilding a tablet from the WAL.
+
+    ``known_commit`` is a commit index the reader learned from the tablet's leader. The
+    replica takes it as its own commit index (up to its last entry) when ``trusted`` (it is
+    the leader's replica: the leader's log holds every committed entry, and never loses
+    one), or when its log holds entry ``known_commit`` at ``commit_term`` (Log Matching: its
+    log then equals the leader's up to there, all of it committed). The handle is marked
+    changed (:meth:`ReplicaHandle.will_mutate`) before anything is written.
+    """
+    storage = handle.storage
+    hs, _ = storage.initial_state()
+    commit = hs.commit
+    last = storage.last_index()
+    if known_commit is not None and known_commit > commit:
+        take = commit
+        if trusted:
+            take = min(known_commit, last)
+        elif commit_term is not None and known_commit <= last:
+            with contextlib.suppress(CompactedError):
+                if storage.term(known_commit) == commit_term:
+                    take = known_commit
+        if take > commit:
+            handle.will_mutate()
+            storage.set_hard_state(HardState(hs.term, hs.vote, take))
+            commit = take
+    applied = read_applied(io)
+    if commit <= applied:
+        return applied
+    handle.will_mutate()
+    sink = _TabletSink(root, tablet_id, handle, applied)
+    span = _apply_committed(io, storage, applied, commit, sink, host)
+    return span[-1] if span else applied
 
 
 def _not_yet_present(storage: WalStorage, entries: Sequence[Entry]) -> list[Entry]:

@@ -70,6 +70,11 @@ class ReplicaHandle:
     tablet: Tablet | None = None
     tablet_log: WalCommittedLog | None = None
 
+    def will_mutate(self) -> None:
+        """(Lock held.) This request is about to change the replica although it was opened
+        as a read: invalidate other processes' cached handles first (see the module docs)."""
+        self.generation = _write_generation(self.io)
+
     def close(self) -> None:
         with contextlib.suppress(Exception):
             if self.tablet is not None:
@@ -144,7 +149,7 @@ def open_replica(root: str, tablet_dir: FileIO, tablet_id: str, options: WalOpti
             with _cache_lock:
                 _stats["hits"] += 1
         if mutate:
-            handle.generation = _write_generation(io)
+            handle.will_mutate()
         try:
             yield handle
             handle.storage.sync_commit()

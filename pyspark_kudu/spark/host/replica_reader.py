@@ -15,10 +15,12 @@ it -- kudu-spark's scan token and scanner (STYLE.md):
    the cluster's credential from this worker's environment.
 3. **Read-your-writes**: the leader replica is read up to the commit index the client
    knows (its log is the leader's log). A follower's log may hold uncommitted entries up to
-   that index, so it is read *at* that index as a snapshot: a follower that has not applied
-   it yet refuses (``ServiceUnavailableError``) and the next replica is tried. A
-   linearizable read (``require``) names only the leader replica and needs its log to reach
-   the read point.
+   that index, so it is read *at* that index as a snapshot; it first learns that index is
+   committed if its log holds that entry at the term the planner saw (``commit_term``: Log
+   Matching), so a write is readable from any replica that made it durable even when the
+   leader's host is gone. A follower without the entry refuses
+   (``ServiceUnavailableError``) and the next replica is tried. A linearizable read
+   (``require``) names only the leader replica and needs its log to reach the read point.
 4. **Failing over**: a replica that refuses, is missing, lags, or whose server is
    unreachable *before its first batch* is skipped for the next one; the task fails only
    when none serves, with every replica's reason. A stream that breaks after its first
@@ -86,6 +88,7 @@ class TabletScan:
     data_root_conf: str | None = None
     host_locations: Mapping[str, str | None] = field(default_factory=dict)
     types: Mapping[str, pa.DataType] = field(default_factory=dict)
+    commit_term: int | None = None  # the term of entry known_commit, when the planner knows
 
     def preferred_hosts(self) -> list[str]:
         """Every replica's host, for Spark's preferred locations (leader first)."""
@@ -123,7 +126,8 @@ def _local_root(choice: ReplicaChoice, scan: TabletScan, host: str) -> tuple[str
 
 def read_tablet(scan: TabletScan, host: str | None = None,
                 secret: bytes | None = None) -> Iterator[pa.RecordBatch]:
-    """The rows of ``scan`` from the first replica that serves them (module docstring).
+    """The rows of ``scan`` from the first replica that serves them (module docstring),
+    streamed: batches are read from the replica as they are consumed.
 
     Raises:
         ServiceUnavailableError: no replica served the scan (the message has every reason).
@@ -135,34 +139,33 @@ def read_tablet(scan: TabletScan, host: str | None = None,
     tried: list[str] = []
     for choice in order_replicas(scan, host):
         snapshot, known = scan.snapshot, scan.known_commit
-        implicit = False
-        if not choice.leader:
-            implicit = snapshot is None and known is not None
-            snapshot = known if implicit else snapshot
-            known = None
+        implicit = not choice.leader and snapshot is None and known is not None
+        if implicit:
+            snapshot = known  # a follower's log past its commit may be uncommitted: read at
         root, why = _local_root(choice, scan, host)
+        require = scan.known_commit if scan.require else None
+        it: Iterator[pa.RecordBatch]
         try:
             if root is not None:
-                streams = scan_replica(root, scan.tablet_id, scan.columns, scan.predicates,
-                                       snapshot, known, batch_rows=scan.batch_rows,
-                                       require_index=scan.known_commit if scan.require else None)
-                for data in streams:
-                    yield from pa.ipc.open_stream(data)
-                return
-            if not choice.address:
+                it = scan_replica(root, scan.tablet_id, scan.columns, scan.predicates,
+                                  snapshot, known, batch_rows=scan.batch_rows,
+                                  require_index=require, trusted=choice.leader,
+                                  commit_term=scan.commit_term)
+            elif not choice.address:
                 tried.append(f"{choice.ts_uuid}: {why}, and its host has no known tablet "
                              f"server address")
                 continue
-            if not secret:
+            elif not secret:
                 tried.append(f"{choice.ts_uuid}: {why}, and this worker has no {SECRET_ENV} "
                              f"to call its tablet server with")
                 continue
-            from pyspark_kudu.spark.host.tserver_client import scan_remote
+            else:
+                from pyspark_kudu.spark.host.tserver_client import scan_remote
 
-            it = scan_remote(choice.address, secret, ScanRequest(
-                choice.ts_uuid, scan.tablet_id, scan.columns, scan.predicates, snapshot,
-                known, scan.known_commit if scan.require else None, scan.batch_rows,
-                choice.root, scan.data_root_conf, scan.types))
+                it = scan_remote(choice.address, secret, ScanRequest(
+                    choice.ts_uuid, scan.tablet_id, scan.columns, scan.predicates, snapshot,
+                    known, require, scan.batch_rows, choice.root, scan.data_root_conf,
+                    scan.types, trusted=choice.leader, commit_term=scan.commit_term))
             first = next(it, None)
         except _SKIPPABLE as e:
             tried.append(f"{choice.ts_uuid}: {type(e).__name__}: {e}")
@@ -174,11 +177,15 @@ def read_tablet(scan: TabletScan, host: str | None = None,
                 raise  # the user's snapshot is older than the history kept
             tried.append(f"{choice.ts_uuid}: {e}")  # our snapshot: try another replica
             continue
-        if first is not None:
-            yield first
-            yield from it  # a break from here on fails the task: Spark retries it whole
+        try:
+            if first is not None:
+                yield first
+                yield from it  # a break from here on fails the task: Spark retries it whole
+        finally:
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()
         return
     raise ServiceUnavailableError(
         f"table {scan.table}, tablet {scan.tablet_id}: no replica served a scan from this "
         f"task on {host} ({'; '.join(tried)})")
-

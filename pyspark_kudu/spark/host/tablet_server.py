@@ -89,10 +89,10 @@ def _scan(req: ScanRequest) -> Iterator[pa.RecordBatch]:
     from pyspark_kudu.spark.host.replica_scan import scan_replica
 
     root = _root_for(req.ts_uuid, req.root, req.data_root_conf)
-    for ipc in scan_replica(root, req.tablet_id, req.columns, req.predicates, req.snapshot,
-                            req.known_commit, batch_rows=req.batch_rows,
-                            require_index=req.require_index):
-        yield from pa.ipc.open_stream(ipc)
+    return scan_replica(root, req.tablet_id, req.columns, req.predicates, req.snapshot,
+                        req.known_commit, batch_rows=req.batch_rows,
+                        require_index=req.require_index, trusted=req.trusted,
+                        commit_term=req.commit_term)
 
 
 def _file(req: FileRequest) -> Iterator[pa.RecordBatch]:
@@ -145,11 +145,15 @@ def _make_server(host: str, secret: bytes) -> Any:
                 return fl.GeneratorStream(schema, iter(()))
 
             def rest() -> Iterator[pa.RecordBatch]:
-                yield first
                 try:
+                    yield first
                     yield from it
                 except (KuduError, OSError) as e:
                     raise _flight_error(e) from e
+                finally:
+                    close = getattr(it, "close", None)
+                    if close is not None:
+                        close()  # a client that went away releases the scan's files now
 
             return fl.GeneratorStream(first.schema, rest())
 

@@ -99,7 +99,9 @@ class ScanRequest:
     """One replica scan: which tablet server (its uuid, and the data root the client knows
     for it, else the server host's own), which tablet, columns, predicates, and the read
     point (``snapshot``, or everything committed up to ``known_commit``; ``require_index``:
-    the replica's log must reach it, a linearizable read)."""
+    the replica's log must reach it, a linearizable read). ``known_commit`` binds the
+    replica when ``trusted`` (it is the leader's) or when its log holds that entry at
+    ``commit_term`` (see :func:`~pyspark_kudu.spark.host.handlers.catch_up`)."""
 
     ts_uuid: str
     tablet_id: str
@@ -112,6 +114,8 @@ class ScanRequest:
     root: str | None = None
     data_root_conf: str | None = None
     types: Mapping[str, pa.DataType] = field(default_factory=dict, compare=False, repr=False)
+    trusted: bool = False
+    commit_term: int | None = None
 
     def to_ticket(self) -> bytes:
         return json.dumps({
@@ -121,6 +125,7 @@ class ScanRequest:
             "snapshot": self.snapshot, "known_commit": self.known_commit,
             "require_index": self.require_index, "batch_rows": self.batch_rows,
             "root": self.root, "data_root_conf": self.data_root_conf,
+            "trusted": self.trusted, "commit_term": self.commit_term,
         }).encode()
 
     @classmethod
@@ -133,7 +138,8 @@ class ScanRequest:
             snapshot=_opt_int(d.get("snapshot")), known_commit=_opt_int(d.get("known_commit")),
             require_index=_opt_int(d.get("require_index")),
             batch_rows=int(d.get("batch_rows") or 65536),
-            root=_opt_str(d.get("root")), data_root_conf=_opt_str(d.get("data_root_conf")))
+            root=_opt_str(d.get("root")), data_root_conf=_opt_str(d.get("data_root_conf")),
+            trusted=d.get("trusted") is True, commit_term=_opt_int(d.get("commit_term")))
 
 
 @dataclass(frozen=True)
