@@ -354,13 +354,15 @@ class KuduContext(WritePath, ReplicaManagement):
         where = self.server_locations()
         sc = self.spark.sparkContext
         pushdown = str(self.spark.conf.get(FILTER_PUSHDOWN_CONF, "false")).lower() == "true"
+        tablets = []
+        for t in locs.tablets:
+            leader, known, term = self.known_commit(t.tablet_id, t.leader, t.committed_index)
+            # Voters only: a NON_VOTER may still be receiving its tablet copy.
+            tablets.append(TabletInfo(t.tablet_id, tuple(t.voters), leader, known, term))
         return TableInfo(
             table=table, schema=locs.table.schema,
             partition_schema=dict(locs.table.partition_schema),
-            # Voters only: a NON_VOTER may still be receiving its tablet copy.
-            tablets=tuple(TabletInfo(t.tablet_id, tuple(t.voters), t.leader,
-                                     t.committed_index or None)
-                          for t in locs.tablets),
+            tablets=tuple(tablets),
             tservers={s.uuid: (s.host, s.root, s.address, where.get(s.uuid))
                       for s in self.servers},
             staging_root=self.warehouse if self._local else None,

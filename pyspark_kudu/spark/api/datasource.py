@@ -472,13 +472,14 @@ class KuduScanReader(DataSourceReader):
         return ReplicaChoice(ts, root, leader, host, address, location)
 
     def _token(self, tablet_id: str, replicas: Sequence[ReplicaChoice], snapshot: int | None,
-               known: int | None, require: bool = False) -> TabletPartition:
+               known: int | None, require: bool = False, commit_term: int | None = None
+               ) -> TabletPartition:
         info = self.info
         return TabletPartition(TabletScan(
             self.opts.table, tablet_id, tuple(replicas), self.columns, tuple(self.predicates),
             snapshot, known, require, self.opts.batch_size, info.data_root_conf,
             {h: loc for h, _, _, loc in info.tservers.values()},
-            {c.name: c.type for c in info.schema.columns}))
+            {c.name: c.type for c in info.schema.columns}, commit_term))
 
     def partitions(self) -> list[InputPartition]:
         info, opts = self.info, self.opts
@@ -507,7 +508,8 @@ class KuduScanReader(DataSourceReader):
             if snapshot is None and opts.fault_tolerant:
                 snapshot = t.known_commit
             out.append(self._token(t.tablet_id, [self._choice(r, r == t.leader)
-                                                 for r in ordered], snapshot, t.known_commit))
+                                                 for r in ordered], snapshot, t.known_commit,
+                                   commit_term=t.commit_term))
         return out
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

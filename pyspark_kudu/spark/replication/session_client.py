@@ -83,12 +83,15 @@ class TabletInfo:
     master lists as leader ("" if none reported a commit yet)
     and ``known_commit`` the commit index reported with it (None when unknown): a scan of
     the leader replica at that index sees every write this client committed.
+    ``commit_term``: that entry's term, when the describing client leads the tablet (a
+    follower holding the entry at that term may then serve the scan too).
     """
 
     tablet_id: str
     replicas: tuple[str, ...]
     leader: str = ""
     known_commit: int | None = None
+    commit_term: int | None = None
 
 
 @dataclass(frozen=True)
@@ -110,7 +113,8 @@ class TableInfo:
             "table": self.table, "schema": self.schema.to_dict(),
             "partition_schema": dict(self.partition_schema),
             "tablets": [{"tablet_id": t.tablet_id, "replicas": list(t.replicas),
-                         "leader": t.leader, "known_commit": t.known_commit}
+                         "leader": t.leader, "known_commit": t.known_commit,
+                         "commit_term": t.commit_term}
                         for t in self.tablets],
             "tservers": {u: list(v) for u, v in self.tservers.items()},
             "staging_root": self.staging_root,
@@ -123,7 +127,8 @@ class TableInfo:
             table=str(d["table"]), schema=Schema.from_dict(d["schema"]),
             partition_schema=dict(d["partition_schema"]),
             tablets=tuple(TabletInfo(str(t["tablet_id"]), tuple(t["replicas"]),
-                                     str(t.get("leader") or ""), t.get("known_commit"))
+                                     str(t.get("leader") or ""), t.get("known_commit"),
+                                     t.get("commit_term"))
                           for t in d["tablets"]),
             tservers={str(u): (str(v[0]), None if v[1] is None else str(v[1]),
                                str(v[2]) if len(v) > 2 else "",
