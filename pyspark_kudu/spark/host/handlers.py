@@ -164,6 +164,11 @@ class PeerRequest:
     as_refs: bool = False  # READ_ENTRIES: large entries as refs to this replica's log
     copy_id: str = ""  # COPY_OUT / INSTALL_COPY
     snapshot: SnapshotMetadata | None = None  # INSTALL_COPY: the Raft position of the copy
+    #: STEP: persist what the messages carry (entries, the commit index) but leave committed
+    #: writes unapplied until a later request that does not defer (or a scan's
+    #: :func:`catch_up`). A round that only collects the leader's per-row results sets it,
+    #: so a write waits for the leader replica's apply, not its followers'.
+    defer_apply: bool = False
 
 
 @dataclass(frozen=True)
@@ -529,10 +534,11 @@ def _step_follower(
     ))
     out: list[Message] = []
     span: list[int] = []
-    _drain(node, storage, io, out, span, applier, host)  # catch up configuration first
+    held: list[Entry] | None = [] if req.defer_apply else None
+    _drain(node, storage, io, out, span, applier, host, held)  # catch up configuration first
     for m in req.messages:
         node.step(m)
-        _drain(node, storage, io, out, span, applier, host)
+        _drain(node, storage, io, out, span, applier, host, held)
     return _ok(req, host, messages=tuple(m for m in out if m.to != NONE),
                last_index=storage.last_index(),
                applied=(span[0], span[-1]) if span else (), results=tuple(applier.results))
@@ -559,8 +565,14 @@ def read_writers(root: str, tablet_id: str) -> list[tuple[str, int, int]]:
 
 def _drain(
     node: RaftNode, storage: WalStorage, io: FileIO, out: list[Message], span: list[int],
-    applier: _TabletSink, host: str = "",
+    applier: _TabletSink, host: str = "", held: list[Entry] | None = None,
 ) -> None:
+    """Persist and hand out everything ``node`` has ready, and apply committed entries.
+
+    ``held`` (a request that defers applying): committed writes are collected there instead
+    and stay unapplied (the next request builds its node from the ``applied`` file and
+    hands them out again); when a configuration entry commits, everything held is applied
+    first, in order, then it."""
     while node.has_ready():
         rd = node.ready()
         if rd.snapshot is not None:
@@ -576,7 +588,14 @@ def _drain(
         if rd.committed_entries:
             if node.conf_state != before:
                 storage.set_conf_state(node.conf_state)
-            applier.apply(rd.committed_entries)
-            last = rd.committed_entries[-1].index
+            committed = list(rd.committed_entries)
+            if held is not None:
+                held.extend(committed)
+                if all(e.type == EntryType.NORMAL for e in held):
+                    continue
+                committed = held[:]
+                held.clear()
+            applier.apply(committed)
+            last = committed[-1].index
             _write_applied(io, last)
-            span.extend((rd.committed_entries[0].index, last))
+            span.extend((committed[0].index, last))

@@ -73,7 +73,7 @@ class RoundLeader(Protocol):
 
     def won(self) -> int: ...
 
-    def start_round(self) -> _RoundRequests | None: ...
+    def start_round(self, defer_follower_apply: bool = False) -> _RoundRequests | None: ...
 
     def finish_round(self, rnd: Any,
                      out: Mapping[str, Sequence[PeerResponse] | None]) -> None: ...
@@ -165,13 +165,16 @@ def elect_all(transport: PeerTransport, leaders: Sequence[L]
     return out
 
 
-def run_round(transport: PeerTransport, leaders: Sequence[L]
-              ) -> dict[L, KuduError]:
+def run_round(transport: PeerTransport, leaders: Sequence[L], *,
+              defer_follower_apply: bool = False) -> dict[L, KuduError]:
     """One round for many tablets: ONE stage carries every tablet's requests.
 
+    ``defer_follower_apply``: followers persist what they are sent but apply committed
+    writes in a later round (see ``PeerRequest.defer_apply``).
     Returns the leaders whose round failed, with the error (the others advanced).
     """
-    rounds = {lead: r for lead in leaders if (r := lead.start_round()) is not None}
+    rounds = {lead: r for lead in leaders
+              if (r := lead.start_round(defer_follower_apply)) is not None}
     merged: dict[str, list[PeerRequest]] = {}
     owners: dict[str, list[L]] = {}
     for lead, rnd in rounds.items():
@@ -243,7 +246,9 @@ def collect_results(transport: PeerTransport, wanted: Mapping[L, Sequence[int]]
 
     Replicas apply an entry when they learn it is committed, i.e. in the round *after* it
     committed; so this runs commit-only rounds (one stage for all tablets) until every
-    result arrived. The leader replica applies on the first such round.
+    result arrived. The leader replica applies on the first such round; followers only
+    record the commit index there and apply in a later round (the service's settle round,
+    or the next write's), so a write does not wait for their applies.
     """
     out: dict[L, dict[int, WriteResult] | KuduError] = {}
     pending = dict(wanted)
@@ -258,7 +263,8 @@ def collect_results(transport: PeerTransport, wanted: Mapping[L, Sequence[int]]
         for lead in pending:
             if lead.node is not None:
                 lead.node.broadcast_heartbeat()
-        for lead, err in run_round(transport, list(pending)).items():
+        for lead, err in run_round(transport, list(pending),
+                                   defer_follower_apply=True).items():
             out[lead] = err
             del pending[lead]
     for lead, idx in pending.items():

@@ -264,9 +264,11 @@ class TabletLeader(LeaderMembership):
     def committed(self, index: int) -> bool:
         return self.node is not None and self.node.commit_index >= index
 
-    def start_round(self) -> _Round | None:
+    def start_round(self, defer_follower_apply: bool = False) -> _Round | None:
         """Take the ``RaftNode``'s Ready and turn it into requests per tablet server, plus
-        any attached or deferred requests (a round of those alone when nothing is ready)."""
+        any attached or deferred requests (a round of those alone when nothing is ready).
+        ``defer_follower_apply``: followers persist what they are sent but apply committed
+        writes later (``PeerRequest.defer_apply``)."""
         node = self._leader()
         extra = bool(self._attached or self._deferred)
         if not node.has_ready() and not extra:
@@ -283,7 +285,7 @@ class TabletLeader(LeaderMembership):
                 lst[-1] = replace(lst[-1], messages=(*lst[-1].messages, m))
             else:
                 lst.append(PeerRequest(RequestKind.STEP, self.tablet.tablet_id, m.to,
-                                       messages=(m,)))
+                                       messages=(m,), defer_apply=defer_follower_apply))
         if rd is not None and (rd.entries or rd.hard_state is not None):
             reqs.setdefault(self.leader_id, []).insert(0, PeerRequest(
                 RequestKind.PERSIST, self.tablet.tablet_id, self.leader_id, term=node.term,

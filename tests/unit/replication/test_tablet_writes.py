@@ -69,3 +69,29 @@ def test_a_point_lookup_on_a_follower_sees_the_committed_update(tmp_path: Path) 
                 {"id": 7, "v": "new"}]
         finally:
             t.close()
+
+
+def test_per_row_results_wait_for_the_leaders_apply_only_and_followers_apply_later(
+    tmp_path: Path,
+) -> None:
+    from pyspark_kudu.spark.host.handlers import read_applied, tablet_dir
+
+    transport = DirectTransport({ts: str(tmp_path / ts) for ts in TS}, OPTS)
+    lead = TabletLeader(TabletReplicas("t", TS), "ts-a", transport)
+    lead.create(SCHEMA.to_json())
+    lead.elect()
+    lead.propose([encode_write_batch(SCHEMA, OpType.UPSERT, pa.table({"id": [1], "v": ["a"]}))])
+    lead.heartbeat()
+    applied_before = {ts: read_applied(tablet_dir(transport.roots[ts], "t")) for ts in TS}
+    (pos,) = lead.propose([encode_write_batch(SCHEMA, OpType.INSERT,
+                                              pa.table({"id": [1, 2], "v": ["x", "b"]}))])
+    results = lead.take_results([pos[0]])
+    assert [(e.row, e.status) for e in results[pos[0]].errors] == [(0, "AlreadyPresent")]
+    assert read_applied(tablet_dir(transport.roots["ts-a"], "t")) >= pos[0]
+    for ts in ("ts-b", "ts-c"):  # they know the commit but have not applied it yet
+        assert read_applied(tablet_dir(transport.roots[ts], "t")) == applied_before[ts], ts
+    lead.heartbeat()  # the next round that does not defer: followers apply, in order
+    want = [{"id": 1, "v": "a"}, {"id": 2, "v": "b"}]
+    for ts in TS:
+        assert read_applied(tablet_dir(transport.roots[ts], "t")) >= pos[0], ts
+        assert _rows(transport.roots[ts]) == want, ts

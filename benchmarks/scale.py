@@ -1,0 +1,469 @@
+"""Scale: ingest, scans, lookups and small upserts from 2M to 50M rows, each figure next to
+its baseline measured in the same run, and the executors' Python memory meanwhile.
+
+For each ``--sizes`` value, on a fresh 6-worker standalone cluster (1 core, 640 MiB executor
+per worker, RF=3, 3 racks through the test topology's location mapping):
+
+1. **Ingest** of the same cached DataFrame with ``df.write.format("kudu")``, once with
+   ``kudu.operation=insert`` and once with ``upsert`` (each into a new table), against
+   ``df.write.parquet``; for the 5-column long-keyed table (6 hash tablets) and for a
+   composite-key table (string + timestamp + long key, 3 hash buckets x 2 range partitions,
+   decimal/date/binary/string columns with nulls).
+2. **Full-scan aggregate over every column**, right after ingest and after 1% of the rows
+   were upserted, through ``spark.read.format("kudu")`` and ``KuduContext.read_table``,
+   against ``spark.read.parquet`` of the same rows (median of ``--repeats``; every result
+   is checked against Parquet's).
+3. **PK lookup** p50 against a Parquet filter; **1-row and 10,000-row upserts** p50 against
+   a ``deltalake`` MERGE of the same rows into a Delta table of the same size (the Parquet
+   output converted in place: reference only, one process, no replication).
+4. **Memory**: the peak RSS of any one executor Python process (workers and the resident
+   tablet servers) and of all of them together, sampled every 0.2 s during each phase.
+
+Run: ``.venv/bin/python benchmarks/scale.py [--sizes 2000000,10000000,50000000]``. 50M rows
+takes tens of minutes. Prints every figure and saves ``results/scale.{json,png}`` with the
+commit id and date. A benchmark, never a test: nothing here asserts a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import functools
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    BinaryType,
+    DateType,
+    DecimalType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from pyspark_kudu.partitioning import HashDimension, PartitionSchema, RangePartition
+from pyspark_kudu.schema import Predicate
+from pyspark_kudu.spark.api.context import KuduContext
+from pyspark_kudu.testing.standalone_cluster import StandaloneCluster, cluster_session
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+MAPPING = f"{REPO / 'conf' / 'location_mapping.sh'} {REPO / 'conf' / 'topology.txt'}"
+_EXECUTOR_PY = ("pyspark_kudu.spark.host.daemon", "pyspark.daemon", "pyspark/worker",
+                "pyspark.worker")
+_SPLIT_TS = dt.datetime(2026, 6, 1, tzinfo=dt.timezone.utc)
+
+
+def _commit() -> str:
+    out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                         cwd=REPO, check=False)
+    return out.stdout.strip()
+
+
+# -- memory --------------------------------------------------------------------------------
+def _executor_python_rss() -> list[int]:
+    """RSS (bytes) of every executor Python process on this machine (not this driver)."""
+    out = []
+    me = os.getpid()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == me:
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            cmd = b" ".join(argv).decode(errors="replace")
+            # Python processes only: the executor JVMs carry the daemon's module name in
+            # their -D options.
+            if "python" not in os.path.basename(argv[0].decode(errors="replace")) or not any(
+                    k in cmd for k in _EXECUTOR_PY):
+                continue
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        out.append(int(line.split()[1]) * 1024)
+                        break
+        except OSError:
+            continue
+    return out
+
+
+class MemorySampler:
+    """Peak executor-Python RSS per named phase (a background thread samples /proc)."""
+
+    def __init__(self, period_s: float = 0.2) -> None:
+        self.phases: dict[str, dict[str, float]] = {}
+        self._current: str | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._period = period_s
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._period):
+            rss = _executor_python_rss()
+            with self._lock:
+                if self._current is None or not rss:
+                    continue
+                p = self.phases[self._current]
+                p["max_process_mb"] = max(p["max_process_mb"], max(rss) / 2**20)
+                p["max_total_mb"] = max(p["max_total_mb"], sum(rss) / 2**20)
+                p["processes"] = max(p["processes"], len(rss))
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        with self._lock:
+            self.phases.setdefault(name, {"max_process_mb": 0.0, "max_total_mb": 0.0,
+                                          "processes": 0})
+            self._current = name
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._current = None
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+# -- data ----------------------------------------------------------------------------------
+def _simple(spark: SparkSession, n: int, parts: int) -> DataFrame:
+    return (spark.range(n, numPartitions=parts)
+            .select(F.col("id").cast("long").alias("id"),
+                    (F.col("id") * 2).alias("a"),
+                    (F.col("id") % 1000).cast("double").alias("b"),
+                    F.concat(F.lit("name-"), F.col("id").cast("string")).alias("c"),
+                    (F.col("id") % 7 == 0).alias("d")))
+
+
+COMPOSITE = StructType([
+    StructField("region", StringType(), False), StructField("at", TimestampType(), False),
+    StructField("seq", LongType(), False), StructField("amount", DecimalType(18, 2)),
+    StructField("day", DateType()), StructField("payload", BinaryType()),
+    StructField("note", StringType())])
+
+
+def _composite(spark: SparkSession, n: int, parts: int) -> DataFrame:
+    base = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc).timestamp()
+    span = 360 * 86400  # one year: half the rows fall on each side of the range split
+    i = F.col("id")
+    return (spark.range(n, numPartitions=parts).select(
+        F.concat(F.lit("r"), (i % 17).cast("string")).alias("region"),
+        F.timestamp_seconds(F.lit(base) + (i * 7919) % span).alias("at"),
+        i.cast("long").alias("seq"),
+        F.when(i % 11 == 0, None).otherwise((i % 100000).cast(DecimalType(18, 2)) / 100)
+        .cast(DecimalType(18, 2)).alias("amount"),
+        F.when(i % 13 == 0, None).otherwise(F.date_add(F.lit("2026-01-01"), (i % 365)
+                                                       .cast("int"))).alias("day"),
+        F.when(i % 5 == 0, None).otherwise(F.unhex(F.lpad(F.hex(i), 16, "0"))).alias("payload"),
+        F.when(i % 3 == 0, None).otherwise(F.concat(F.lit("n"), i.cast("string"))).alias("note")))
+
+
+def _aggregate(df: DataFrame) -> tuple[Any, ...]:
+    """One aggregate that reads every column."""
+    aggs = []
+    for f in df.schema:
+        c = F.col(f.name)
+        if isinstance(f.dataType, (StringType, BinaryType)):
+            aggs.append(F.sum(F.length(c)))
+        elif isinstance(f.dataType, (TimestampType, DateType)):
+            aggs.append(F.max(c))
+        elif f.dataType.typeName() == "boolean":
+            aggs.append(F.sum(c.cast("int")))
+        else:
+            aggs.append(F.sum(c))
+    aggs.append(F.count(F.lit(1)))
+    return tuple(df.agg(*aggs).collect()[0])
+
+
+def _load_aggregate(load: Callable[[], DataFrame]) -> tuple[Any, ...]:
+    return _aggregate(load())
+
+
+def _median_time(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
+    times, last = [], None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        last = fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), last
+
+
+# -- one size ------------------------------------------------------------------------------
+def _kudu_write(df: DataFrame, table: str, op: str) -> float:
+    t0 = time.perf_counter()
+    (df.write.format("kudu").option("kudu.table", table).option("kudu.operation", op)
+     .mode("append").save())
+    return time.perf_counter() - t0
+
+
+def _parquet_write(df: DataFrame, path: Path) -> float:
+    t0 = time.perf_counter()
+    df.write.mode("overwrite").parquet(str(path))
+    return time.perf_counter() - t0
+
+
+def _scans(spark: SparkSession, kudu: KuduContext, table: str, parquet: Path, repeats: int,
+           mem: MemorySampler, tag: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    pq = spark.read.parquet(str(parquet))
+    out["parquet_s"], want = _median_time(lambda: _aggregate(pq), repeats)
+    loads: dict[str, Callable[[], DataFrame]] = {
+        "format_kudu": lambda: spark.read.format("kudu").option("kudu.table", table).load(),
+        "read_table": lambda: kudu.read_table(table)}
+    for name, load in loads.items():
+        with mem.phase(f"scan_{tag}_{name}"):
+            t, got = _median_time(functools.partial(_load_aggregate, load), repeats)
+        if got != want:
+            raise AssertionError(f"{table} {name}: aggregate {got} != parquet {want}")
+        out[f"{name}_s"] = t
+        out[f"{name}_ratio"] = out["parquet_s"] / t
+    return out
+
+
+def _run_size(n: int, args: argparse.Namespace, base: Path) -> dict[str, Any]:
+    r: dict[str, Any] = {"rows": n}
+    parts = args.workers
+    with StandaloneCluster(base / "cluster", workers=args.workers) as cluster:
+        spark = cluster_session(cluster.master_url, f"bench-scale-{n}", args.workers,
+                                conf={"spark.sql.shuffle.partitions": str(args.workers)})
+        mem = MemorySampler()
+        try:
+            with KuduContext(spark, warehouse=str(base / "warehouse"),
+                             location_mapping_cmd=MAPPING) as kudu:
+                r["simple"] = _simple_table(spark, kudu, n, parts, args, base, mem)
+                if n <= args.composite_max_rows:
+                    r["composite"] = _composite_table(spark, kudu, n, parts, base, mem)
+        finally:
+            mem.close()
+            spark.stop()
+        r["memory"] = mem.phases
+    return r
+
+
+def _warm_up(spark: SparkSession, kudu: KuduContext, base: Path, parts: int) -> None:
+    """Neither side pays the executors' first Python worker and JVM warm-up in a figure."""
+    small = _simple(spark, 10_000, parts)
+    kudu.create_table("warm", _kudu_schema(small), keys=["id"], replicas=3,
+                      partitioning=PartitionSchema((HashDimension(("id",), 6),)))
+    _kudu_write(small, "warm", "upsert")
+    _aggregate(spark.read.format("kudu").option("kudu.table", "warm").load())
+    _parquet_write(small, base / "warm.parquet")
+    kudu.delete_table("warm")
+
+
+def _kudu_schema(df: DataFrame) -> StructType:
+    return StructType([StructField(f.name, f.dataType, f.name != "id") for f in df.schema])
+
+
+def _simple_table(spark: SparkSession, kudu: KuduContext, n: int, parts: int,
+                  args: argparse.Namespace, base: Path, mem: MemorySampler) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    df = _simple(spark, n, parts).cache()
+    df.count()
+    schema = _kudu_schema(df)
+    hashed = PartitionSchema((HashDimension(("id",), 6),))
+    _warm_up(spark, kudu, base, parts)
+    parquet = base / f"simple-{n}.parquet"
+    out["parquet_write_s"] = _parquet_write(df, parquet)
+    for op in ("insert", "upsert"):
+        kudu.create_table(f"s_{op}", schema, keys=["id"], replicas=3, partitioning=hashed)
+        with mem.phase(f"ingest_{op}"):
+            out[f"{op}_s"] = _kudu_write(df, f"s_{op}", op)
+        out[f"{op}_ratio"] = out["parquet_write_s"] / out[f"{op}_s"]
+        print(f"  {n:,} simple {op}: {out[f'{op}_s']:.1f} s vs parquet "
+              f"{out['parquet_write_s']:.1f} s -> {out[f'{op}_ratio']:.2f}x", flush=True)
+    kudu.delete_table("s_upsert")
+    table = "s_insert"
+    out["scan_after_ingest"] = _scans(spark, kudu, table, parquet, args.repeats, mem, "ingest")
+    print(f"  scans after ingest: {out['scan_after_ingest']}", flush=True)
+
+    # 1% of the rows upserted with new values; Parquet gets the same final rows.
+    changed = df.filter(F.col("id") % 100 == 7).withColumn("a", F.col("a") + 1)
+    with mem.phase("upsert_1pct"):
+        out["upsert_1pct_s"] = _kudu_write(changed, table, "upsert")
+    final = df.filter(F.col("id") % 100 != 7).unionByName(changed)
+    parquet2 = base / f"simple-{n}-updated.parquet"
+    _parquet_write(final, parquet2)
+    out["scan_after_upserts"] = _scans(spark, kudu, table, parquet2, args.repeats, mem,
+                                       "upserted")
+    print(f"  scans after 1% upserted: {out['scan_after_upserts']}", flush=True)
+
+    # PK lookups.
+    keys = [(k * 7_919_993) % n for k in range(1, args.lookups + 1)]
+    pq = spark.read.parquet(str(parquet2))
+    k_times, p_times = [], []
+    with mem.phase("lookups"):
+        for k in keys:
+            t0 = time.perf_counter()
+            got = kudu.read_table(table, predicates=[Predicate.eq("id", k)]).collect()
+            k_times.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            want = pq.filter(F.col("id") == k).collect()
+            p_times.append(time.perf_counter() - t0)
+            if sorted(map(tuple, got)) != sorted(map(tuple, want)):
+                raise AssertionError(f"lookup {k}: {got} != {want}")
+    out["lookup_p50_s"] = statistics.median(k_times)
+    out["parquet_filter_p50_s"] = statistics.median(p_times)
+    print(f"  lookup p50 {out['lookup_p50_s']:.3f} s vs parquet filter "
+          f"{out['parquet_filter_p50_s']:.3f} s", flush=True)
+    out.update(_small_upserts(spark, table, parquet2, n, args, base, mem))
+    df.unpersist()
+    kudu.delete_table(table)
+    return out
+
+
+def _small_upserts(spark: SparkSession, table: str, parquet: Path, n: int,
+                   args: argparse.Namespace, base: Path, mem: MemorySampler) -> dict[str, Any]:
+    """1-row and 10,000-row upserts vs a deltalake MERGE of the same rows."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, convert_to_deltalake
+
+    delta = base / f"delta-{n}"
+    shutil.copytree(parquet, delta, copy_function=os.link,
+                    ignore=shutil.ignore_patterns("_SUCCESS", ".*"))
+    convert_to_deltalake(str(delta))
+    out: dict[str, Any] = {}
+    for size in (1, 10_000):
+        k_times, d_times = [], []
+        for rep in range(args.repeats):
+            lo = (rep * 1_000_003) % max(1, n - size)
+            rows = [(i, i * 3 + rep, float(i % 1000), f"upserted-{rep}-{i}", i % 2 == 0)
+                    for i in range(lo, lo + size)]
+            df = spark.createDataFrame(rows, _kudu_schema(_simple(spark, 1, 1)))
+            with mem.phase(f"upsert_{size}_rows"):
+                k_times.append(_kudu_write(df, table, "upsert"))
+            src = pa.table({"id": [r[0] for r in rows], "a": [r[1] for r in rows],
+                            "b": [r[2] for r in rows], "c": [r[3] for r in rows],
+                            "d": [r[4] for r in rows]})
+            t0 = time.perf_counter()
+            (DeltaTable(str(delta)).merge(src, "t.id = s.id", source_alias="s",
+                                          target_alias="t")
+             .when_matched_update_all().when_not_matched_insert_all().execute())
+            d_times.append(time.perf_counter() - t0)
+        out[f"upsert_{size}_p50_s"] = statistics.median(k_times)
+        out[f"delta_merge_{size}_p50_s"] = statistics.median(d_times)
+        out[f"upsert_{size}_vs_delta"] = out[f"upsert_{size}_p50_s"] / out[
+            f"delta_merge_{size}_p50_s"]
+        print(f"  {size}-row upsert p50 {out[f'upsert_{size}_p50_s']:.2f} s vs delta MERGE "
+              f"{out[f'delta_merge_{size}_p50_s']:.2f} s", flush=True)
+    shutil.rmtree(delta, ignore_errors=True)
+    return out
+
+
+def _composite_table(spark: SparkSession, kudu: KuduContext, n: int, parts: int, base: Path,
+                     mem: MemorySampler) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    df = _composite(spark, n, parts).cache()
+    df.count()
+    ps = PartitionSchema((HashDimension(("seq",), 3),), range_columns=("at",),
+                         ranges=(RangePartition(None, (_SPLIT_TS,)),
+                                 RangePartition((_SPLIT_TS,), None)))
+    parquet = base / f"composite-{n}.parquet"
+    out["parquet_write_s"] = _parquet_write(df, parquet)
+    for op in ("insert", "upsert"):
+        kudu.create_table(f"c_{op}", COMPOSITE, keys=["region", "at", "seq"], replicas=3,
+                          partitioning=ps)
+        with mem.phase(f"composite_ingest_{op}"):
+            out[f"{op}_s"] = _kudu_write(df, f"c_{op}", op)
+        out[f"{op}_ratio"] = out["parquet_write_s"] / out[f"{op}_s"]
+        print(f"  {n:,} composite {op}: {out[f'{op}_s']:.1f} s vs parquet "
+              f"{out['parquet_write_s']:.1f} s -> {out[f'{op}_ratio']:.2f}x", flush=True)
+    want = _aggregate(spark.read.parquet(str(parquet)))
+    got = _aggregate(kudu.read_table("c_insert"))
+    if got != want:
+        raise AssertionError(f"composite table: {got} != parquet {want}")
+    for op in ("insert", "upsert"):
+        kudu.delete_table(f"c_{op}")
+    df.unpersist()
+    return out
+
+
+# -- report --------------------------------------------------------------------------------
+def _plot(r: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = [s["rows"] for s in r["sizes"]]
+    labels = [f"{n / 1e6:g}M" for n in sizes]
+    series = {
+        "insert (simple)": [s["simple"]["insert_ratio"] for s in r["sizes"]],
+        "upsert (simple)": [s["simple"]["upsert_ratio"] for s in r["sizes"]],
+        "insert (composite)": [s.get("composite", {}).get("insert_ratio") for s in r["sizes"]],
+        "upsert (composite)": [s.get("composite", {}).get("upsert_ratio") for s in r["sizes"]],
+        "scan format, ingested": [s["simple"]["scan_after_ingest"]["format_kudu_ratio"]
+                                  for s in r["sizes"]],
+        "scan read_table, ingested": [s["simple"]["scan_after_ingest"]["read_table_ratio"]
+                                      for s in r["sizes"]],
+        "scan format, upserted": [s["simple"]["scan_after_upserts"]["format_kudu_ratio"]
+                                  for s in r["sizes"]],
+        "scan read_table, upserted": [s["simple"]["scan_after_upserts"]["read_table_ratio"]
+                                      for s in r["sizes"]],
+    }
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 4.5))
+    width = 0.8 / len(series)
+    for k, (name, vals) in enumerate(series.items()):
+        xs = [i + k * width for i in range(len(sizes))]
+        a1.bar(xs, [v or 0 for v in vals], width, label=name)
+    a1.axhline(1.0, color="grey", linestyle="--")
+    a1.set_xticks([i + 0.4 for i in range(len(sizes))], labels)
+    a1.set_ylabel("Parquet time / kudu time (higher is better)")
+    a1.set_title("ratios vs Parquet, same run")
+    a1.legend(fontsize=7)
+    phases = sorted({p for s in r["sizes"] for p in s["memory"]})
+    for k, s in enumerate(r["sizes"]):
+        a2.plot(phases, [s["memory"].get(p, {}).get("max_process_mb", 0) for p in phases],
+                marker="o", label=f"{labels[k]}: largest process")
+    a2.set_ylabel("peak RSS of one executor Python process (MiB)")
+    a2.tick_params(axis="x", rotation=60, labelsize=7)
+    a2.legend(fontsize=7)
+    fig.suptitle(f"pyspark-kudu scale, commit {r['commit'][:10]}, {r['date']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="2000000,10000000,50000000")
+    ap.add_argument("--workers", type=int, default=6)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--lookups", type=int, default=5)
+    ap.add_argument("--composite-max-rows", type=int, default=50_000_000,
+                    help="skip the composite-key table above this many rows")
+    ap.add_argument("--out", default="scale", help="results file stem under results/")
+    args = ap.parse_args(argv)
+    r: dict[str, Any] = {"commit": _commit(), "workers": args.workers, "sizes": [],
+                         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    for n in (int(s) for s in args.sizes.split(",")):
+        base = Path(tempfile.mkdtemp(prefix=f"bench-scale-{n}-"))
+        print(f"== {n:,} rows", flush=True)
+        try:
+            r["sizes"].append(_run_size(n, args, base))
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+        (RESULTS_DIR / f"{args.out}.json").write_text(json.dumps(r, indent=2))
+        print(json.dumps(r["sizes"][-1]["memory"], indent=1), flush=True)
+    _plot(r, RESULTS_DIR / f"{args.out}.png")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
