@@ -172,3 +172,23 @@ def test_a_linearizable_read_commits_an_empty_entry_per_tablet_and_sees_every_wr
         assert lead.node.commit_index >= last[1].index
     with pytest.raises(InvalidArgumentError, match="unknown read mode 'snapshot'"):
         kudu.read_table("lin", read_mode="snapshot")
+
+
+def test_rounds_are_served_by_the_hosts_resident_tablet_server(
+    spark: SparkSession, kudu: KuduContext,
+) -> None:
+    """A round's Spark task hands its requests to the host's resident tablet server, so the
+    replicas stay open in one long-lived process instead of whichever worker ran the task."""
+    from pyspark_kudu.spark.host.tserver_client import ping
+
+    addresses = {s.address for s in kudu.servers if s.address}
+    assert len(addresses) == 1, f"local mode has one host and one server: {addresses}"
+    (address,) = addresses
+    secret = kudu.credential.encode()
+    before = ping(address, secret)["rounds_served"]
+    kudu.create_table("served", STRUCT, keys=["id"],
+                      partitioning=PartitionSchema((HashDimension(("id",), 2),)))
+    kudu.upsert_rows(spark.createDataFrame([(i, "v") for i in range(20)], STRUCT), "served")
+    after = ping(address, secret)
+    assert after["rounds_served"] > before, after
+    assert sorted(r["id"] for r in kudu.read_table("served").collect()) == list(range(20))

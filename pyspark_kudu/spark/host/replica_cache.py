@@ -158,6 +158,9 @@ def open_replica(root: str, tablet_dir: FileIO, tablet_id: str, options: WalOpti
             raise
         evicted: list[ReplicaHandle] = []
         with _cache_lock:
+            other = _cache.pop(key, None)  # opened by another thread meanwhile
+            if other is not None and other is not handle:
+                evicted.append(other)
             _cache[key] = handle
             while len(_cache) > CACHE_LIMIT:
                 evicted.append(_cache.popitem(last=False)[1])

@@ -20,21 +20,28 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pyspark_kudu.errors import NetworkError
+from pyspark_kudu.rpc.auth import secret_from_env
 from pyspark_kudu.spark.host.dataplane import StagedRef, read_staged
 from pyspark_kudu.spark.host.handlers import PeerRequest, PeerResponse, handle_requests
 from pyspark_kudu.spark.host.identity import current_host, local_data_root, run_pinned
+from pyspark_kudu.spark.host.tserver_protocol import ADDRESS_ENV
 from pyspark_kudu.wal import WalOptions
 
 __all__ = [
+    "INLINE_BYTES",
     "LAND_BYTES",
     "HostTask",
     "Landed",
+    "LandedPayloads",
+    "ServeResult",
     "barrier_partition",
     "barrier_with_data",
     "destination",
     "emit_staged",
     "land",
     "serve_host",
+    "serve_in_process",
     "unland",
     "where",
 ]
@@ -48,10 +55,72 @@ class HostTask:
     items: tuple[tuple[str, str | None, tuple[PeerRequest, ...]], ...]
     options: WalOptions | None
 
-def serve_host(task: HostTask, delivered: Mapping[str, bytes] | None = None
-                ) -> list[tuple[str, list[PeerResponse] | None, str]]:
-    """Executor side: serve each tablet server's requests if this host really holds it."""
-    out: list[tuple[str, list[PeerResponse] | None, str]] = []
+ServeResult = list[tuple[str, list[PeerResponse] | None, str]]
+
+#: Delivered payloads at least this large go to the resident tablet server as landed files
+#: (it reads them from this host's page cache), smaller ones inside the call.
+INLINE_BYTES = 64 << 10
+
+
+class LandedPayloads(Mapping[str, bytes]):
+    """Delivered payloads by staged path, landed ones read from their file when asked for
+    (one request's batches at a time, not the whole round's)."""
+
+    def __init__(self, payloads: Mapping[str, bytes | Landed]) -> None:
+        self._payloads = dict(payloads)
+
+    def __getitem__(self, key: str) -> bytes:
+        data = self._payloads[key]
+        if isinstance(data, Landed):
+            with open(data.path, "rb") as f:
+                return f.read()
+        return data
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._payloads)
+
+    def __len__(self) -> int:
+        return len(self._payloads)
+
+
+def serve_host(task: HostTask, delivered: Mapping[str, bytes | Landed] | None = None,
+               *, resident: bool = True) -> ServeResult:
+    """Executor side: serve each tablet server's requests if this host really holds it.
+
+    With ``resident`` (the default) and this host's resident tablet server known, the
+    requests are served by that server (:func:`serve_in_process` there, one long-lived
+    process whose open replicas stay warm across rounds and tasks); otherwise here."""
+    address = os.environ.get(ADDRESS_ENV, "")
+    secret = secret_from_env() if resident and address else b""
+    if not secret:
+        return serve_in_process(task, LandedPayloads(delivered or {}))
+    from pyspark_kudu.spark.host.tserver_client import serve_remote
+
+    landed: list[Landed] = []
+    try:
+        payloads: dict[str, bytes | Landed] = {}
+        for path, data in (delivered or {}).items():
+            if isinstance(data, bytes) and len(data) >= INLINE_BYTES:
+                data = _land_bytes(data)
+                landed.append(data)
+            payloads[path] = data
+        try:
+            return serve_remote(address, secret, task, payloads)
+        except NetworkError as e:
+            # The server is gone although its executor runs (Raft requests are safe to
+            # deliver again: appends and steps are idempotent). Serve here instead.
+            _log.warning("resident tablet server %s unreachable, serving here: %s",
+                         address, e)
+            return serve_in_process(task, LandedPayloads(payloads))
+    finally:
+        for f in landed:
+            with contextlib.suppress(OSError):
+                os.remove(f.path)
+
+
+def serve_in_process(task: HostTask, delivered: Mapping[str, bytes]) -> ServeResult:
+    """Serve ``task`` in this process (the resident server's side of :func:`serve_host`)."""
+    out: ServeResult = []
     for ts_uuid, root_hint, reqs in task.items:
         root = local_data_root(root_hint)
         res = run_pinned(root, ts_uuid,
@@ -60,6 +129,13 @@ def serve_host(task: HostTask, delivered: Mapping[str, bytes] | None = None
                              delivered=delivered))
         out.append((ts_uuid, res.value if res.ok else None, res.misplaced_reason))
     return out
+
+
+def _land_bytes(data: bytes) -> Landed:
+    fd, tmp = tempfile.mkstemp(prefix="pyspark-kudu-delivered-")  # mode 0600
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    return Landed(tmp)
 
 def barrier_partition(it: Iterator[HostTask]) -> Iterator[list[tuple[str, Any, str]]]:
     for task in it:
@@ -88,10 +164,7 @@ def land(it: Iterator[tuple[int, tuple[str, bytes]]]
             if len(data) < LAND_BYTES:
                 out.append((d, (path, data)))
                 continue
-            fd, tmp = tempfile.mkstemp(prefix="pyspark-kudu-delivered-")  # mode 0600
-            out.append((d, (path, Landed(tmp))))
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
+            out.append((d, (path, _land_bytes(data))))
     except BaseException:
         unland(out)
         raise
@@ -110,14 +183,7 @@ def barrier_with_data(
 ) -> Iterator[list[tuple[str, Any, str]]]:
     for task, pairs in it:
         try:
-            delivered: dict[str, bytes] = {}
-            for _, (path, data) in pairs:
-                if isinstance(data, Landed):
-                    with open(data.path, "rb") as f:
-                        delivered[path] = f.read()
-                else:
-                    delivered[path] = data
-            out = serve_host(task, delivered)
+            out = serve_host(task, {path: data for _, (path, data) in pairs})
         finally:
             unland(pairs)
         yield out

@@ -9,7 +9,11 @@ correctness -- kudu-spark's rule, and Spark's own for BlockManager blocks.
 
 **Protocol**: Arrow Flight. ``DoGet`` with a :mod:`~pyspark_kudu.spark.host.tserver_protocol`
 ticket: a scan (record batches of the projected columns) or a file range (batches of one
-``chunk`` binary column, for tablet copy). ``DoAction("ping")`` answers the server's
+``chunk`` binary column, for tablet copy). ``DoAction("serve")``: a replication round's
+requests for this host, handed over by the Spark task pinned here (the task stays the
+unit of scheduling and placement; the server is where the replicas stay open, so a round
+never pays for reopening them in whichever Python worker Spark picked, and one host keeps
+one replica cache rather than one per worker). ``DoAction("ping")`` answers the server's
 address and the data root it serves by default. Every call is authenticated with the
 cluster's credential (:mod:`pyspark_kudu.rpc.auth`: HMAC challenge-response, no secret or
 reusable token on the wire); without a credential no server starts.
@@ -38,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pickle
 import select
 import signal
 import sys
@@ -52,6 +57,7 @@ from pyspark_kudu.errors import InvalidArgumentError, KuduError, NotFoundError
 from pyspark_kudu.spark.host.identity import current_host, local_data_root, verify_instance
 from pyspark_kudu.spark.host.tserver_protocol import (
     ADDRESS_ENV,
+    SERVE_ACTION,
     FileRequest,
     ScanRequest,
     encode_error,
@@ -95,6 +101,17 @@ def _scan(req: ScanRequest) -> Iterator[pa.RecordBatch]:
                         commit_term=req.commit_term)
 
 
+def _serve(body: bytes) -> bytes:
+    """A round task's requests, served against this host's replicas (see
+    :func:`~pyspark_kudu.spark.host.round_tasks.serve_host`). Pickled: the caller proved it
+    holds the application's credential (every call is authenticated)."""
+    from pyspark_kudu.spark.host.round_tasks import LandedPayloads, serve_in_process
+
+    task, payloads = pickle.loads(body)
+    out = serve_in_process(task, LandedPayloads(payloads))
+    return pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
+
+
 def _file(req: FileRequest) -> Iterator[pa.RecordBatch]:
     root = _root_for(req.ts_uuid, req.root, req.data_root_conf)
     path = os.path.join(root, "tablets", req.tablet_id, req.path)
@@ -127,6 +144,7 @@ def _make_server(host: str, secret: bytes) -> Any:
         def __init__(self) -> None:
             super().__init__(f"grpc+tcp://{host}:0", auth_handler=HmacServerAuthHandler(secret))
             self.served = 0
+            self.rounds_served = 0
             self._lock = threading.Lock()
 
         def do_get(self, context: Any, ticket: fl.Ticket) -> fl.FlightDataStream:
@@ -158,15 +176,26 @@ def _make_server(host: str, secret: bytes) -> Any:
             return fl.GeneratorStream(first.schema, rest())
 
         def do_action(self, context: Any, action: fl.Action) -> Iterator[fl.Result]:
+            if action.type == SERVE_ACTION:
+                try:
+                    out = _serve(action.body.to_pybytes())
+                except (KuduError, OSError) as e:
+                    raise _flight_error(e) from e
+                with self._lock:
+                    self.rounds_served += 1
+                yield fl.Result(out)
+                return
             if action.type != "ping":
                 raise _flight_error(InvalidArgumentError(
                     f"unknown tablet server action {action.type!r}"))
             body = {"address": f"{host}:{self.port}", "host": current_host(),
-                    "data_root": local_data_root(), "served": self.served}
+                    "data_root": local_data_root(), "served": self.served,
+                    "rounds_served": self.rounds_served, "pid": os.getpid()}
             yield fl.Result(json.dumps(body).encode())
 
         def list_actions(self, context: Any) -> list[tuple[str, str]]:
-            return [("ping", "this server's address and default data root")]
+            return [("ping", "this server's address and default data root"),
+                    (SERVE_ACTION, "serve a replication round task of this host")]
 
     return TabletServerFlight()
 

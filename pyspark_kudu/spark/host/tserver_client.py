@@ -16,17 +16,26 @@ Thread-safety: functions only; each call has its own client.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from typing import Any
+import pickle
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.flight as fl
 
 from pyspark_kudu.errors import KuduError, NetworkError, TimedOutError
 from pyspark_kudu.rpc.auth import connect
-from pyspark_kudu.spark.host.tserver_protocol import FileRequest, ScanRequest, decode_error
+from pyspark_kudu.spark.host.tserver_protocol import (
+    SERVE_ACTION,
+    FileRequest,
+    ScanRequest,
+    decode_error,
+)
 
-__all__ = ["fetch_file", "ping", "scan_remote"]
+if TYPE_CHECKING:
+    from pyspark_kudu.spark.host.round_tasks import HostTask, Landed, ServeResult
+
+__all__ = ["fetch_file", "ping", "scan_remote", "serve_remote"]
 
 _CONNECT_TIMEOUT_S = 10.0
 
@@ -78,6 +87,29 @@ def fetch_file(address: str, secret: bytes, req: FileRequest, *,
     for batch in _stream(address, secret, req.to_ticket(), f"a file stream of {req.path}",
                          timeout_s):
         yield from batch.column(0).to_pylist()
+
+
+def serve_remote(address: str, secret: bytes, task: HostTask,
+                 payloads: Mapping[str, bytes | Landed]) -> ServeResult:
+    """Have this host's resident tablet server serve a round task's requests (see
+    :func:`~pyspark_kudu.spark.host.round_tasks.serve_host`). The call and its answer are
+    pickled: only a task of this application's own host calls it, over a channel
+    authenticated with the application's credential (both sides hold it).
+
+    Raises:
+        NetworkError: the server is unreachable.
+        KuduError: the server's own error, rebuilt.
+    """
+    body = pickle.dumps((task, dict(payloads)), protocol=pickle.HIGHEST_PROTOCOL)
+    client = connect(_location(address), secret, timeout_s=_CONNECT_TIMEOUT_S)
+    try:
+        (res,) = list(client.do_action(fl.Action(SERVE_ACTION, body)))
+        out: ServeResult = pickle.loads(res.body.to_pybytes())
+        return out
+    except (pa.ArrowException, fl.FlightError) as e:
+        raise _translate(e, address, "serving a round task") from e
+    finally:
+        client.close()
 
 
 def ping(address: str, secret: bytes, *, timeout_s: float = _CONNECT_TIMEOUT_S

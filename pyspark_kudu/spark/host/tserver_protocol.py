@@ -33,6 +33,7 @@ from pyspark_kudu.schema import Predicate, PredicateOp
 
 __all__ = [
     "ADDRESS_ENV",
+    "SERVE_ACTION",
     "FileRequest",
     "ScanRequest",
     "decode_error",
@@ -45,6 +46,10 @@ __all__ = [
 #: Set by the executor's daemon for every worker it forks: ``host:port`` of this host's
 #: resident tablet server (absent when none runs, e.g. no credential was configured).
 ADDRESS_ENV = "PYSPARK_KUDU_TSERVER_ADDRESS"
+
+#: ``DoAction`` type of a round task's requests, served by its own host's tablet server
+#: (:func:`~pyspark_kudu.spark.host.tserver_client.serve_remote`).
+SERVE_ACTION = "serve"
 
 
 def _ipc(batch: pa.RecordBatch) -> str:
