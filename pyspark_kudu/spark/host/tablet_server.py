@@ -28,6 +28,11 @@ daemon SIGHUPs when the executor closes its stdin; the kernel sends it SIGKILL w
 daemon dies (``PR_SET_PDEATHSIG``); and it checks its parent every second as a last resort.
 The daemon itself never loads gRPC: forking a process with gRPC threads is unsafe.
 
+**Maintenance**: the server also runs its host's replicas' background maintenance
+(:mod:`~pyspark_kudu.spark.host.maintenance`: compactions and idle flushes, every
+``PYSPARK_KUDU_MAINTENANCE_INTERVAL_S`` seconds, 5 by default, 0 for none) over the data
+roots it has served.
+
 **Which data root**: the request's explicit root (``local[*]`` virtual tablet servers), else
 this host's own (``PYSPARK_KUDU_DATA_ROOT``, else the application's ``spark.kudu.dataRoot``
 carried in the request, else the default); the root's ``instance`` file must name the
@@ -55,6 +60,7 @@ import pyarrow as pa
 
 from pyspark_kudu.errors import InvalidArgumentError, KuduError, NotFoundError
 from pyspark_kudu.spark.host.identity import current_host, local_data_root, verify_instance
+from pyspark_kudu.spark.host.maintenance import MaintenanceManager
 from pyspark_kudu.spark.host.tserver_protocol import (
     ADDRESS_ENV,
     SERVE_ACTION,
@@ -64,7 +70,7 @@ from pyspark_kudu.spark.host.tserver_protocol import (
     parse_ticket,
 )
 
-__all__ = ["FILE_CHUNK_BYTES", "serve", "start_resident"]
+__all__ = ["FILE_CHUNK_BYTES", "MAINTENANCE_INTERVAL_ENV", "serve", "start_resident"]
 
 #: Bytes per batch of a file stream: large enough to amortise a batch's overhead, small
 #: enough that neither side holds much of a file at once.
@@ -95,6 +101,7 @@ def _scan(req: ScanRequest) -> Iterator[pa.RecordBatch]:
     from pyspark_kudu.spark.host.replica_scan import scan_replica
 
     root = _root_for(req.ts_uuid, req.root, req.data_root_conf)
+    _note_root(root, None)
     return scan_replica(root, req.tablet_id, req.columns, req.predicates, req.snapshot,
                         req.known_commit, batch_rows=req.batch_rows,
                         require_index=req.require_index, trusted=req.trusted,
@@ -108,8 +115,34 @@ def _serve(body: bytes) -> bytes:
     from pyspark_kudu.spark.host.round_tasks import LandedPayloads, serve_in_process
 
     task, payloads = pickle.loads(body)
+    for _, root_hint, _ in task.items:
+        _note_root(local_data_root(root_hint), task.options)
     out = serve_in_process(task, LandedPayloads(payloads))
     return pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+#: Seconds between maintenance cycles of the resident server (0: no background maintenance).
+MAINTENANCE_INTERVAL_ENV = "PYSPARK_KUDU_MAINTENANCE_INTERVAL_S"
+_maintenance: MaintenanceManager | None = None
+
+
+def _note_root(root: str, options: Any) -> None:
+    if _maintenance is not None and os.path.isdir(root):
+        _maintenance.note(root, options)
+
+
+def _start_maintenance() -> MaintenanceManager | None:
+    """The background maintenance of this server's replicas (``spark/host/maintenance``)."""
+    global _maintenance
+    interval = float(os.environ.get(MAINTENANCE_INTERVAL_ENV, "5") or 0)
+    if interval <= 0:
+        return None
+    _maintenance = MaintenanceManager(interval_s=interval)
+    default_root = local_data_root()
+    if os.path.isdir(default_root):
+        _maintenance.note(default_root)
+    _maintenance.start()
+    return _maintenance
 
 
 def _file(req: FileRequest) -> Iterator[pa.RecordBatch]:
@@ -190,7 +223,11 @@ def _make_server(host: str, secret: bytes) -> Any:
                     f"unknown tablet server action {action.type!r}"))
             body = {"address": f"{host}:{self.port}", "host": current_host(),
                     "data_root": local_data_root(), "served": self.served,
-                    "rounds_served": self.rounds_served, "pid": os.getpid()}
+                    "rounds_served": self.rounds_served, "pid": os.getpid(),
+                    "maintenance_ops": [
+                        {"tablet_id": op.tablet_id, "kind": op.kind,
+                         "rowsets": list(op.rowsets), "seconds": op.seconds}
+                        for op in (_maintenance.ops if _maintenance is not None else [])]}
             yield fl.Result(json.dumps(body).encode())
 
         def list_actions(self, context: Any) -> list[tuple[str, str]]:
@@ -204,6 +241,7 @@ def serve(host: str, secret: bytes, on_started: Any = None) -> None:
     """Run a tablet server on ``host`` until this process is told to stop (SIGTERM/SIGHUP)
     or its parent goes away. ``on_started(address)`` is called once it listens."""
     server = _make_server(host, secret)
+    maintenance = _start_maintenance()
     address = f"{host}:{server.port}"
     if on_started is not None:
         on_started(address)
@@ -214,6 +252,8 @@ def serve(host: str, secret: bytes, on_started: Any = None) -> None:
     while not stop.wait(1.0):
         if os.getppid() != parent:
             break  # the daemon is gone (PDEATHSIG covers the normal case)
+    if maintenance is not None:
+        maintenance.stop()
     server.shutdown()
 
 

@@ -1,0 +1,178 @@
+"""Background maintenance of a host's replicas, run by its resident tablet server.
+
+Each cycle (every ``interval_s``) visits the replicas under the data roots this server has
+served, and runs at most one bounded operation per replica and ``max_ops`` per cycle, as
+:mod:`pyspark_kudu.tablet.maintenance` chooses: a compaction of overlapping rowsets or of a
+rowset full of ended versions, or a flush of an idle replica's MemRowSet. An operation runs
+under the replica's lock (``flock``: writes and scan planning on the replica wait for it,
+scans already streaming do not), marks the replica changed for other processes' caches
+first, and publishes its result with the tablet's atomic superblock replace, so a crash at
+any point loses nothing (the tablet's crash points cover flush and compaction).
+
+**History**: versions ended before the *ancient history mark* are dropped by a compaction.
+The mark is the newest applied index this server observed at least ``history_max_age_s``
+ago (Kudu's ``--tablet_history_max_age_sec``, 15 minutes): a snapshot read older than that
+may be refused afterwards, never answered wrongly. Observations live in this process; a new
+server starts observing afresh (it keeps more history, never less).
+
+Failed replicas, replicas being copied into and consensus-only replicas are skipped.
+
+Thread-safety: :class:`MaintenanceManager` runs its cycles on one thread; ``note`` may be
+called from any thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pyspark_kudu.errors import KuduError
+from pyspark_kudu.spark.host.handlers import failed_reason, read_applied, tablet_dir
+from pyspark_kudu.spark.host.replica_cache import open_replica
+from pyspark_kudu.spark.host.tabletcopy import COPYING_FILE
+from pyspark_kudu.spark.host.wal_committed_log import WalCommittedLog
+from pyspark_kudu.tablet import Tablet
+from pyspark_kudu.tablet.maintenance import MaintenancePolicy, choose_compaction
+from pyspark_kudu.tablet.superblock import SUPERBLOCK_FILE, Superblock
+from pyspark_kudu.wal import WalOptions
+
+__all__ = ["MaintenanceManager", "MaintenanceOp", "maintain_replica"]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MaintenanceOp:
+    """One operation a cycle ran: ``kind`` is "compact" or "flush"."""
+
+    root: str
+    tablet_id: str
+    kind: str
+    rowsets: tuple[int, ...] = ()
+    seconds: float = 0.0
+
+
+def maintain_replica(root: str, tablet_id: str, policy: MaintenancePolicy, *,
+                     history_mark: int | None = None, flush: bool = False,
+                     options: WalOptions | None = None) -> MaintenanceOp | None:
+    """Run the next maintenance operation of one replica, if any is due (module docstring).
+    ``flush``: the replica has been idle long enough to flush its MemRowSet."""
+    io = tablet_dir(root, tablet_id)
+    if (not io.exists(SUPERBLOCK_FILE) or failed_reason(io) is not None
+            or io.exists(COPYING_FILE)):
+        return None
+    t0 = time.perf_counter()
+    with open_replica(root, io, tablet_id, options, mutate=False) as h:
+        sb = Superblock.load(io)
+        ids = choose_compaction(sb.rowsets, policy)
+        applied = read_applied(io)
+        if not ids and not (flush and applied > sb.last_flushed_index):
+            return None
+        h.will_mutate()
+        if h.tablet is None:
+            h.tablet_log = WalCommittedLog(h.storage, upto=applied)
+            h.tablet = Tablet.open(root, tablet_id, log=h.tablet_log)
+        if ids:
+            mark = None if history_mark is None else min(history_mark, applied)
+            h.tablet.compact(mark, rowset_ids=ids)
+            return MaintenanceOp(root, tablet_id, "compact", ids, time.perf_counter() - t0)
+        if not h.tablet.flush():
+            return None
+        return MaintenanceOp(root, tablet_id, "flush", (), time.perf_counter() - t0)
+
+
+class MaintenanceManager:
+    """Runs maintenance cycles over the replicas of the data roots it was told about."""
+
+    def __init__(self, policy: MaintenancePolicy | None = None, *, interval_s: float = 5.0,
+                 max_ops: int = 4, clock: Callable[[], float] = time.monotonic) -> None:
+        if interval_s <= 0 or max_ops < 1:
+            raise ValueError("interval_s must be positive and max_ops at least 1")
+        self.policy = policy or MaintenancePolicy()
+        self.interval_s = interval_s
+        self.max_ops = max_ops
+        self._clock = clock
+        self._roots: dict[str, WalOptions | None] = {}
+        self._history: dict[tuple[str, str], list[tuple[float, int]]] = {}
+        self._changed: dict[tuple[str, str], tuple[int, float]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.ops: list[MaintenanceOp] = []  # the most recent operations, newest last
+        self.errors = 0
+
+    def note(self, root: str, options: WalOptions | None = None) -> None:
+        """This server serves replicas under ``root`` (with these WAL options)."""
+        with self._lock:
+            self._roots[root] = options
+
+    def _mark(self, key: tuple[str, str], applied: int, now: float) -> int | None:
+        """Record an observation; the history mark it allows (module docstring)."""
+        obs = self._history.setdefault(key, [])
+        if not obs or obs[-1][1] != applied:
+            obs.append((now, applied))
+        horizon = now - self.policy.history_max_age_s
+        old = [k for k, (t, _) in enumerate(obs) if t <= horizon]
+        if not old:
+            return None
+        del obs[:old[-1]]  # keep the newest old-enough observation and everything after
+        return obs[0][1]
+
+    def _idle(self, key: tuple[str, str], applied: int, now: float) -> bool:
+        last = self._changed.get(key)
+        if last is None or last[0] != applied:
+            self._changed[key] = (applied, now)
+            return self.policy.flush_idle_s == 0
+        return now - last[1] >= self.policy.flush_idle_s
+
+    def run_once(self) -> list[MaintenanceOp]:
+        """One cycle; returns the operations it ran."""
+        with self._lock:
+            roots = dict(self._roots)
+        done: list[MaintenanceOp] = []
+        for root, options in roots.items():
+            base = os.path.join(root, "tablets")
+            try:
+                tablets = sorted(n for n in os.listdir(base) if not n.startswith("."))
+            except OSError:
+                continue
+            for tid in tablets:
+                if len(done) >= self.max_ops:
+                    break
+                key = (root, tid)
+                try:
+                    applied = read_applied(tablet_dir(root, tid))
+                    now = self._clock()
+                    op = maintain_replica(root, tid, self.policy,
+                                          history_mark=self._mark(key, applied, now),
+                                          flush=self._idle(key, applied, now),
+                                          options=options)
+                except (KuduError, OSError, ValueError) as e:
+                    self.errors += 1
+                    _log.warning("maintenance of tablet %s under %s failed: %s", tid, root, e)
+                    continue
+                if op is not None:
+                    done.append(op)
+        self.ops = (self.ops + done)[-100:]
+        return done
+
+    def start(self) -> None:
+        """Run cycles on a daemon thread until :meth:`stop`."""
+        if self._thread is not None:
+            return
+
+        def loop() -> None:
+            while not self._stop.wait(self.interval_s):
+                self.run_once()
+
+        self._thread = threading.Thread(target=loop, name="kudu-maintenance", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)

@@ -1,0 +1,107 @@
+"""What a replica's background maintenance should do next: pure policy, no I/O.
+
+In the spirit of Kudu's maintenance manager, a replica's host runs small, bounded operations
+in the background (:mod:`pyspark_kudu.spark.host.maintenance` runs them) so that a tablet
+stays fast after updates without anyone asking:
+
+- **Compaction by overlap**: rowsets whose key ranges overlap are merged. Every write and
+  point lookup probes each rowset whose range holds the key, so the *height* of the stack
+  over a key (how many rowsets overlap there) is what a lookup pays; merging a stack into
+  sorted, non-overlapping outputs brings it to one.
+- **Compaction by deltas**: a rowset many of whose rows were ended later by updates or
+  deletes (``delta rows / rows >= delta_ratio``) is rewritten with the ends folded in and
+  the versions older than the history mark dropped, so scans stop filtering dead rows
+  through a per-rowset "not in" set.
+- **Bounded work**: one operation reads at most ``budget_bytes`` of input files (smallest
+  overlapping rowsets first), so one cycle's time and memory are bounded whatever the
+  tablet's size; the next cycle continues.
+- **Flush**: a replica with applied but unflushed entries is flushed once it has been idle
+  (no new entries) for ``flush_idle_s``: its MemRowSet leaves memory and a process that
+  reopens it replays nothing.
+
+Thread-safety: pure functions over immutable values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pyspark_kudu.tablet.rowset import RowSetMeta
+
+__all__ = ["MaintenancePolicy", "choose_compaction", "delta_ratio", "overlap_stacks"]
+
+
+@dataclass(frozen=True)
+class MaintenancePolicy:
+    """Thresholds of the background maintenance (module docstring)."""
+
+    delta_ratio: float = 0.05
+    min_stack: int = 2
+    budget_bytes: int = 128 << 20
+    flush_idle_s: float = 30.0
+    history_max_age_s: float = 900.0  # Kudu's --tablet_history_max_age_sec
+
+    def __post_init__(self) -> None:
+        if not 0 < self.delta_ratio <= 1:
+            raise ValueError(f"delta_ratio must be in (0, 1], got {self.delta_ratio}")
+        if self.min_stack < 2:
+            raise ValueError(f"min_stack must be at least 2, got {self.min_stack}")
+        if self.budget_bytes < 1:
+            raise ValueError(f"budget_bytes must be positive, got {self.budget_bytes}")
+        if self.flush_idle_s < 0 or self.history_max_age_s < 0:
+            raise ValueError("flush_idle_s and history_max_age_s must not be negative")
+
+
+def delta_ratio(meta: RowSetMeta) -> float:
+    """The share of a rowset's rows whose version a later delta ended."""
+    return sum(d.rows for d in meta.deltas) / meta.num_rows if meta.num_rows else 0.0
+
+
+def overlap_stacks(rowsets: Sequence[RowSetMeta]) -> list[list[RowSetMeta]]:
+    """Groups of rowsets whose key ranges overlap transitively (a sweep over min keys);
+    groups of one are left out."""
+    ordered = sorted(rowsets, key=lambda m: (m.min_key, m.max_key))
+    out: list[list[RowSetMeta]] = []
+    group: list[RowSetMeta] = []
+    high: tuple[object, ...] | None = None
+    for m in ordered:
+        if group and high is not None and m.min_key <= high:
+            group.append(m)
+            high = max(high, m.max_key)
+            continue
+        if len(group) > 1:
+            out.append(group)
+        group, high = [m], m.max_key
+    if len(group) > 1:
+        out.append(group)
+    return out
+
+
+def choose_compaction(rowsets: Sequence[RowSetMeta], policy: MaintenancePolicy
+                      ) -> tuple[int, ...]:
+    """The ids of the rowsets to merge next (empty: nothing worth it).
+
+    The tallest overlapping stack first: as many of its rowsets as fit the budget, smallest
+    first (the fresh flushes; merging k of them lowers the stack by k - 1, size-tiered),
+    at least two. Else the rowset with the largest delta ratio over the threshold that
+    fits the budget.
+    """
+    stacks = sorted((s for s in overlap_stacks(rowsets) if len(s) >= policy.min_stack),
+                    key=len, reverse=True)
+    for stack in stacks:
+        chosen: list[RowSetMeta] = []
+        spent = 0
+        for m in sorted(stack, key=lambda m: (m.size_bytes, m.id)):
+            if spent + m.size_bytes > policy.budget_bytes:
+                break
+            chosen.append(m)
+            spent += m.size_bytes
+        if len(chosen) >= 2:
+            return tuple(sorted(m.id for m in chosen))
+    dead = [m for m in rowsets if delta_ratio(m) >= policy.delta_ratio
+            and m.size_bytes <= policy.budget_bytes]
+    if dead:
+        worst = max(dead, key=lambda m: (delta_ratio(m), m.id))
+        return (worst.id,)
+    return ()

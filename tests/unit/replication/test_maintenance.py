@@ -1,0 +1,237 @@
+"""Background maintenance of a host's replicas: compaction chosen by rowset overlap and
+delta size within a budget, idle flushes, a history mark from observed age, and crashes in
+the middle of an operation that lose nothing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pyspark_kudu.errors import InvalidArgumentError
+from pyspark_kudu.schema import ColumnSchema, Schema
+from pyspark_kudu.spark.host.handlers import catch_up, tablet_dir
+from pyspark_kudu.spark.host.maintenance import MaintenanceManager, maintain_replica
+from pyspark_kudu.spark.host.replica_cache import clear_cache, open_replica
+from pyspark_kudu.spark.host.replica_scan import scan_replica
+from pyspark_kudu.spark.host.wal_committed_log import WalCommittedLog
+from pyspark_kudu.spark.replication.peer_transport import DirectTransport
+from pyspark_kudu.spark.replication.tablet_leader import TabletLeader, TabletReplicas
+from pyspark_kudu.tablet import CRASH_ENV, CRASH_EXIT_CODE, OpType, Tablet, encode_write_batch
+from pyspark_kudu.tablet.maintenance import (
+    MaintenancePolicy,
+    choose_compaction,
+    overlap_stacks,
+)
+from pyspark_kudu.tablet.rowset import DeltaFileMeta, RowSetMeta
+from pyspark_kudu.tablet.superblock import Superblock
+
+pytestmark = pytest.mark.unit
+
+TS = ("ts-a", "ts-b", "ts-c")
+SCHEMA = Schema((ColumnSchema("id", "int64", nullable=False), ColumnSchema("v", "string")),
+                ("id",))
+REPO = Path(__file__).resolve().parents[3]
+
+
+# -- policy ----------------------------------------------------------------------------------
+def _meta(i: int, lo: int, hi: int, size: int = 100, rows: int = 10,
+          dead: int = 0) -> RowSetMeta:
+    deltas = (DeltaFileMeta(f"d{i}", dead, 5),) if dead else ()
+    return RowSetMeta(i, f"r{i}", rows, size, (lo,), (hi,), 1, 2, None, deltas)
+
+
+def test_overlap_stacks_group_transitively_overlapping_ranges_only() -> None:
+    metas = [_meta(1, 0, 10), _meta(2, 5, 20), _meta(3, 20, 30), _meta(4, 40, 50),
+             _meta(5, 60, 70), _meta(6, 65, 66)]
+    assert [[m.id for m in s] for s in overlap_stacks(metas)] == [[1, 2, 3], [5, 6]]
+
+
+def test_the_tallest_stack_is_merged_smallest_first_within_the_budget() -> None:
+    policy = MaintenancePolicy(budget_bytes=300)
+    metas = [_meta(1, 0, 100, size=250), _meta(2, 0, 100, size=90), _meta(3, 0, 100, size=80),
+             _meta(4, 0, 100, size=100), _meta(7, 200, 300), _meta(8, 250, 260)]
+    assert choose_compaction(metas, policy) == (2, 3, 4)
+    # Two rowsets that do not fit the budget together are left alone.
+    assert choose_compaction([_meta(1, 0, 9, size=200), _meta(2, 0, 9, size=200)],
+                             policy) == ()
+
+
+def test_a_rowset_full_of_ended_versions_is_rewritten_when_nothing_overlaps() -> None:
+    policy = MaintenancePolicy(delta_ratio=0.1)
+    metas = [_meta(1, 0, 9, rows=100, dead=5), _meta(2, 10, 19, rows=100, dead=30),
+             _meta(3, 20, 29, rows=100, dead=12)]
+    assert choose_compaction(metas, policy) == (2,)
+    assert choose_compaction([_meta(1, 0, 9, rows=100, dead=5)], policy) == ()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 20), st.integers(1, 400),
+                          st.integers(0, 10)), max_size=12),
+       st.integers(50, 1000))
+def test_a_chosen_compaction_fits_its_budget_and_merges_one_stack(
+        specs: list[tuple[int, int, int, int]], budget: int) -> None:
+    metas = [_meta(i, lo, lo + span, size=size, rows=10, dead=dead)
+             for i, (lo, span, size, dead) in enumerate(specs)]
+    ids = choose_compaction(metas, MaintenancePolicy(budget_bytes=budget, delta_ratio=0.5))
+    chosen = [m for m in metas if m.id in ids]
+    assert sum(m.size_bytes for m in chosen) <= budget
+    if len(chosen) > 1:
+        stacks = [{m.id for m in s} for s in overlap_stacks(metas)]
+        assert any(set(ids) <= s for s in stacks), (ids, stacks)
+    elif chosen:
+        assert chosen[0].deltas and not any(
+            len(s) >= 2 and sum(sorted(m.size_bytes for m in s)[:2]) <= budget
+            for s in overlap_stacks(metas))
+
+
+def test_a_policy_refuses_nonsense() -> None:
+    for bad in ({"delta_ratio": 0}, {"min_stack": 1}, {"budget_bytes": 0},
+                {"flush_idle_s": -1}):
+        with pytest.raises(ValueError):
+            MaintenancePolicy(**bad)  # type: ignore[arg-type]
+
+
+# -- replicas --------------------------------------------------------------------------------
+def _batch(ids: range, tag: str) -> bytes:
+    return encode_write_batch(SCHEMA, OpType.UPSERT, pa.table({
+        "id": list(ids), "v": [f"{tag}-{i}" for i in ids]}))
+
+
+def _flush(root: str) -> None:
+    io = tablet_dir(root, "t")
+    with open_replica(root, io, "t", None, mutate=True) as h:
+        applied = catch_up(root, "t", io, h)
+        if h.tablet is None:
+            h.tablet_log = WalCommittedLog(h.storage, upto=applied)
+            h.tablet = Tablet.open(root, "t", log=h.tablet_log)
+        h.tablet.flush()
+
+
+def _rows(root: str) -> list[tuple[int, str]]:
+    return sorted((r["id"], r["v"]) for b in scan_replica(root, "t", None, (), None)
+                  for r in b.to_pylist())
+
+
+def _rowsets(root: str) -> list[RowSetMeta]:
+    return list(Superblock.load(tablet_dir(root, "t")).rowsets)
+
+
+@pytest.fixture
+def stacked(tmp_path: Path) -> Iterator[tuple[str, TabletLeader]]:
+    """ts-a's replica of "t" after 8 small upserts over overlapping keys, each flushed: 8
+    overlapping rowsets, the older ones with deltas."""
+    clear_cache()
+    roots = {ts: str(tmp_path / ts) for ts in TS}
+    transport = DirectTransport(roots)
+    tablet = TabletReplicas("t", TS)
+    TabletLeader(tablet, "ts-a", transport).create(SCHEMA.to_json())
+    lead = TabletLeader(tablet, "ts-a", transport)
+    lead.elect()
+    for k in range(8):
+        lead.propose([_batch(range(k * 50, k * 50 + 300), f"w{k}")])
+        lead.heartbeat()
+        _flush(roots["ts-a"])
+    yield roots["ts-a"], lead
+    clear_cache()
+
+
+def test_maintenance_compacts_overlapping_rowsets_in_the_background_and_rows_stay(
+        stacked: tuple[str, TabletLeader]) -> None:
+    root, _ = stacked
+    before = _rows(root)
+    assert len(_rowsets(root)) == 8
+    manager = MaintenanceManager(MaintenancePolicy(flush_idle_s=0), interval_s=0.05)
+    manager.note(root)
+    manager.start()
+    try:
+        from tests.waiting import wait_until
+
+        wait_until(lambda: len(_rowsets(root)) == 1, 60,
+                   "background maintenance merging the 8 overlapping rowsets into one")
+    finally:
+        manager.stop()
+    assert {op.kind for op in manager.ops} == {"compact"} and manager.errors == 0
+    assert _rows(root) == before
+    assert not _rowsets(root)[0].deltas  # the deltas were folded into the output
+
+
+@pytest.mark.parametrize("point", ["compact.start", "compact.after_outputs",
+                                   "compact.after_superblock", "compact.during_delete"])
+def test_a_crash_in_the_middle_of_a_compaction_loses_nothing(
+        stacked: tuple[str, TabletLeader], point: str) -> None:
+    root, _ = stacked
+    before = _rows(root)
+    clear_cache()
+    script = textwrap.dedent(f"""
+        from pyspark_kudu.spark.host.maintenance import maintain_replica
+        from pyspark_kudu.tablet.maintenance import MaintenancePolicy
+        maintain_replica({root!r}, "t", MaintenancePolicy(budget_bytes=1 << 30))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
+                         text=True, timeout=120, env={**_env(), CRASH_ENV: point})
+    assert out.returncode == CRASH_EXIT_CODE, f"no crash at {point}: {out.stderr}"
+    assert _rows(root) == before, f"rows changed after a crash at {point}"
+    clear_cache()
+    while maintain_replica(root, "t", MaintenancePolicy(budget_bytes=1 << 30)) is not None:
+        pass
+    assert len(_rowsets(root)) == 1 and _rows(root) == before
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if k != CRASH_ENV}
+
+
+def test_an_idle_replica_is_flushed_and_history_older_than_the_age_is_dropped(
+        tmp_path: Path) -> None:
+    clear_cache()
+    roots = {ts: str(tmp_path / ts) for ts in TS}
+    transport = DirectTransport(roots)
+    tablet = TabletReplicas("t", TS)
+    TabletLeader(tablet, "ts-a", transport).create(SCHEMA.to_json())
+    lead = TabletLeader(tablet, "ts-a", transport)
+    lead.elect()
+    root = roots["ts-a"]
+    now = [1000.0]
+    manager = MaintenanceManager(MaintenancePolicy(flush_idle_s=30, history_max_age_s=600),
+                                 clock=lambda: now[0])
+    manager.note(root)
+    (first,) = lead.propose([_batch(range(100), "old")])
+    lead.heartbeat()
+    assert manager.run_once() == []  # just written: not idle yet
+    now[0] += 31
+    (op,) = manager.run_once()
+    assert op.kind == "flush" and len(_rowsets(root)) == 1
+    lead.propose([_batch(range(100), "new")])  # every row gets a newer version
+    lead.heartbeat()
+    kinds = []
+    for _ in range(3):  # sees the change, flushes once idle, merges the two rowsets
+        now[0] += 31
+        kinds += [op.kind for op in manager.run_once()]
+    assert kinds == ["flush", "compact"] and len(_rowsets(root)) == 1
+    # The old versions are kept while younger than the history age: a snapshot sees them.
+    old = sorted(r["v"] for b in scan_replica(root, "t", None, (), first[0])
+                 for r in b.to_pylist())
+    assert old == sorted(f"old-{i}" for i in range(100))
+    assert _rowsets(root)[0].num_rows == 200
+    # Ten minutes later they are dropped by the next compaction, and older snapshots refused.
+    lead.propose([_batch(range(50), "newer")])
+    lead.heartbeat()
+    for _ in range(3):
+        now[0] += 601
+        manager.run_once()
+    assert _rows(root) == sorted([(i, f"newer-{i}") for i in range(50)]
+                                 + [(i, f"new-{i}") for i in range(50, 100)])
+    assert sum(m.num_rows for m in _rowsets(root)) < 250
+    with pytest.raises(InvalidArgumentError, match="ancient history mark"):
+        list(scan_replica(root, "t", None, (), first[0]))
+    clear_cache()
