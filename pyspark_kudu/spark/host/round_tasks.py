@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import pickle
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -40,8 +41,10 @@ __all__ = [
     "destination",
     "emit_staged",
     "land",
+    "serve_encoded",
     "serve_host",
     "serve_in_process",
+    "task_roots",
     "unland",
     "where",
 ]
@@ -104,8 +107,12 @@ def serve_host(task: HostTask, delivered: Mapping[str, bytes | Landed] | None = 
                 data = _land_bytes(data)
                 landed.append(data)
             payloads[path] = data
+        # Pickled: only a task of this application on this very host calls its resident
+        # server, over a channel authenticated with the application's credential.
+        body = pickle.dumps((task, payloads), protocol=pickle.HIGHEST_PROTOCOL)
         try:
-            return serve_remote(address, secret, task, payloads)
+            out: ServeResult = pickle.loads(serve_remote(address, secret, body))
+            return out
         except NetworkError as e:
             # The server is gone although its executor runs (Raft requests are safe to
             # deliver again: appends and steps are idempotent). Serve here instead.
@@ -116,6 +123,21 @@ def serve_host(task: HostTask, delivered: Mapping[str, bytes | Landed] | None = 
         for f in landed:
             with contextlib.suppress(OSError):
                 os.remove(f.path)
+
+
+def serve_encoded(body: bytes) -> bytes:
+    """The resident server's side of :func:`serve_host`: a pickled ``(task, payloads)`` in,
+    the pickled result out (the caller was authenticated with the cluster credential)."""
+    task, payloads = pickle.loads(body)
+    out = serve_in_process(task, LandedPayloads(payloads))
+    return pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def task_roots(body: bytes) -> list[tuple[str | None, WalOptions | None]]:
+    """The data root hints and WAL options of an encoded task (for the server's
+    maintenance)."""
+    task, _ = pickle.loads(body)
+    return [(root_hint, task.options) for _, root_hint, _ in task.items]
 
 
 def serve_in_process(task: HostTask, delivered: Mapping[str, bytes]) -> ServeResult:

@@ -47,7 +47,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import pickle
 import select
 import signal
 import sys
@@ -110,15 +109,14 @@ def _scan(req: ScanRequest) -> Iterator[pa.RecordBatch]:
 
 def _serve(body: bytes) -> bytes:
     """A round task's requests, served against this host's replicas (see
-    :func:`~pyspark_kudu.spark.host.round_tasks.serve_host`). Pickled: the caller proved it
-    holds the application's credential (every call is authenticated)."""
-    from pyspark_kudu.spark.host.round_tasks import LandedPayloads, serve_in_process
+    :func:`~pyspark_kudu.spark.host.round_tasks.serve_host`). The caller proved it holds the
+    application's credential (every call is authenticated)."""
+    from pyspark_kudu.spark.host.round_tasks import serve_encoded, task_roots
 
-    task, payloads = pickle.loads(body)
-    for _, root_hint, _ in task.items:
-        _note_root(local_data_root(root_hint), task.options)
-    out = serve_in_process(task, LandedPayloads(payloads))
-    return pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
+    if _maintenance is not None:
+        for root_hint, options in task_roots(body):
+            _note_root(local_data_root(root_hint), options)
+    return serve_encoded(body)
 
 
 #: Seconds between maintenance cycles of the resident server (0: no background maintenance).

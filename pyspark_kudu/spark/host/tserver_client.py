@@ -16,9 +16,8 @@ Thread-safety: functions only; each call has its own client.
 from __future__ import annotations
 
 import json
-import pickle
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.flight as fl
@@ -31,9 +30,6 @@ from pyspark_kudu.spark.host.tserver_protocol import (
     ScanRequest,
     decode_error,
 )
-
-if TYPE_CHECKING:
-    from pyspark_kudu.spark.host.round_tasks import HostTask, Landed, ServeResult
 
 __all__ = ["fetch_file", "ping", "scan_remote", "serve_remote"]
 
@@ -89,22 +85,18 @@ def fetch_file(address: str, secret: bytes, req: FileRequest, *,
         yield from batch.column(0).to_pylist()
 
 
-def serve_remote(address: str, secret: bytes, task: HostTask,
-                 payloads: Mapping[str, bytes | Landed]) -> ServeResult:
-    """Have this host's resident tablet server serve a round task's requests (see
-    :func:`~pyspark_kudu.spark.host.round_tasks.serve_host`). The call and its answer are
-    pickled: only a task of this application's own host calls it, over a channel
-    authenticated with the application's credential (both sides hold it).
+def serve_remote(address: str, secret: bytes, body: bytes) -> bytes:
+    """Have this host's resident tablet server serve a round task (``body`` and the answer
+    are :func:`~pyspark_kudu.spark.host.round_tasks.serve_host`'s encoding).
 
     Raises:
         NetworkError: the server is unreachable.
         KuduError: the server's own error, rebuilt.
     """
-    body = pickle.dumps((task, dict(payloads)), protocol=pickle.HIGHEST_PROTOCOL)
     client = connect(_location(address), secret, timeout_s=_CONNECT_TIMEOUT_S)
     try:
         (res,) = list(client.do_action(fl.Action(SERVE_ACTION, body)))
-        out: ServeResult = pickle.loads(res.body.to_pybytes())
+        out: bytes = res.body.to_pybytes()
         return out
     except (pa.ArrowException, fl.FlightError) as e:
         raise _translate(e, address, "serving a round task") from e
