@@ -16,8 +16,10 @@ per worker, RF=3, 3 racks through the test topology's location mapping):
 3. **PK lookup** p50 against a Parquet filter; **1-row and 10,000-row upserts** p50 against
    a ``deltalake`` MERGE of the same rows into a Delta table of the same size (the Parquet
    output converted in place: reference only, one process, no replication).
-4. **Memory**: the peak RSS of any one executor Python process (workers and the resident
-   tablet servers) and of all of them together, sampled every 0.2 s during each phase.
+4. **Memory**: the peak RSS of any one executor Python process, separately for the resident
+   tablet servers (which hold the open replicas) and the workers, and the peak PSS of all of
+   them together (shared pages split between the processes sharing them), sampled every
+   0.2 s during each phase.
 
 Run: ``.venv/bin/python benchmarks/scale.py [--sizes 2000000,10000000,50000000]``. 50M rows
 takes tens of minutes. Prints every figure and saves ``results/scale.{json,png}`` with the
@@ -75,8 +77,10 @@ def _commit() -> str:
 
 
 # -- memory --------------------------------------------------------------------------------
-def _executor_python_rss() -> list[int]:
-    """RSS (bytes) of every executor Python process on this machine (not this driver)."""
+def _executor_python_memory() -> list[tuple[str, int, int]]:
+    """(role, RSS, PSS) in bytes of every executor Python process on this machine (not this
+    driver). Role: "server" for a resident tablet server (a gRPC server: many threads),
+    else "worker" (the daemon and its workers). PSS splits pages shared after fork()."""
     out = []
     me = os.getpid()
     for pid in os.listdir("/proc"):
@@ -91,12 +95,21 @@ def _executor_python_rss() -> list[int]:
             if "python" not in os.path.basename(argv[0].decode(errors="replace")) or not any(
                     k in cmd for k in _EXECUTOR_PY):
                 continue
+            rss = threads = 0
             with open(f"/proc/{pid}/status") as f:
                 for line in f:
                     if line.startswith("VmRSS:"):
-                        out.append(int(line.split()[1]) * 1024)
+                        rss = int(line.split()[1]) * 1024
+                    elif line.startswith("Threads:"):
+                        threads = int(line.split()[1])
+            pss = rss
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        pss = int(line.split()[1]) * 1024
                         break
-        except OSError:
+            out.append(("server" if threads >= 8 else "worker", rss, pss))
+        except (OSError, ValueError, IndexError):
             continue
     return out
 
@@ -115,19 +128,25 @@ class MemorySampler:
 
     def _run(self) -> None:
         while not self._stop.wait(self._period):
-            rss = _executor_python_rss()
+            procs = _executor_python_memory()
             with self._lock:
-                if self._current is None or not rss:
+                if self._current is None or not procs:
                     continue
                 p = self.phases[self._current]
-                p["max_process_mb"] = max(p["max_process_mb"], max(rss) / 2**20)
-                p["max_total_mb"] = max(p["max_total_mb"], sum(rss) / 2**20)
-                p["processes"] = max(p["processes"], len(rss))
+                for role in ("server", "worker"):
+                    rss = [r for k, r, _ in procs if k == role]
+                    if rss:
+                        key = f"max_{role}_rss_mb"
+                        p[key] = max(p.get(key, 0.0), max(rss) / 2**20)
+                p["max_process_mb"] = max(p["max_process_mb"], max(r for _, r, _ in procs) / 2**20)
+                p["max_total_pss_mb"] = max(p["max_total_pss_mb"],
+                                            sum(q for _, _, q in procs) / 2**20)
+                p["processes"] = max(p["processes"], len(procs))
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         with self._lock:
-            self.phases.setdefault(name, {"max_process_mb": 0.0, "max_total_mb": 0.0,
+            self.phases.setdefault(name, {"max_process_mb": 0.0, "max_total_pss_mb": 0.0,
                                           "processes": 0})
             self._current = name
         try:
@@ -429,8 +448,10 @@ def _plot(r: dict[str, Any], path: Path) -> None:
     a1.legend(fontsize=7)
     phases = sorted({p for s in r["sizes"] for p in s["memory"]})
     for k, s in enumerate(r["sizes"]):
-        a2.plot(phases, [s["memory"].get(p, {}).get("max_process_mb", 0) for p in phases],
-                marker="o", label=f"{labels[k]}: largest process")
+        for role, style in (("server", "-"), ("worker", ":")):
+            a2.plot(phases, [s["memory"].get(p, {}).get(f"max_{role}_rss_mb", 0)
+                             for p in phases], style, marker="o",
+                    label=f"{labels[k]}: largest {role}")
     a2.set_ylabel("peak RSS of one executor Python process (MiB)")
     a2.tick_params(axis="x", rotation=60, labelsize=7)
     a2.legend(fontsize=7)

@@ -290,6 +290,15 @@ class DiskRowSet:
         local = rows - starts[groups[g_of_row]] + group_offsets[g_of_row]
         return table.take(pa.array(local, type=pa.int64()))
 
+    def memory_bytes(self) -> int:
+        """Memory of this rowset's loaded key index, or of the key columns kept to build it."""
+        if self.index is not None:
+            return self.index.nbytes()
+        if self._index_source is not None:
+            keys, ts, end = self._index_source
+            return int(keys.nbytes + ts.nbytes + end.nbytes)
+        return 0
+
     def keep_index_source(self, keys: pa.Table, ts: I64, end: I64) -> None:
         """Remember the just-written key columns so the index is built without reading the file
         (lazily: a rowset no later write touches never pays for it)."""

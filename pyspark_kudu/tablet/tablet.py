@@ -579,6 +579,13 @@ class Tablet:
         for rs in pin.rowsets:
             rs.unpin()
 
+    def memory_bytes(self) -> tuple[int, int]:
+        """Estimated memory this open replica holds: (its MemRowSet, its loaded key indexes
+        and kept index sources). Flushing frees the first; closing the tablet both."""
+        with self._lock:
+            mrs = self._mrs.nbytes if self._mrs is not None else 0
+            return mrs, sum(rs.memory_bytes() for rs in self._rowsets)
+
     def debug_versions(self) -> int:
         """Number of stored versions (rowsets plus MemRowSet), for tests and metrics."""
         with self._lock:

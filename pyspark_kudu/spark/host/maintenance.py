@@ -15,6 +15,10 @@ ago (Kudu's ``--tablet_history_max_age_sec``, 15 minutes): a snapshot read older
 may be refused afterwards, never answered wrongly. Observations live in this process; a new
 server starts observing afresh (it keeps more history, never less).
 
+**Memory pressure**: before its other operations, a cycle flushes the largest MemRowSets
+held by this process while together they exceed half of its replica budget
+(``PYSPARK_KUDU_REPLICA_CACHE_MB``, see :mod:`~pyspark_kudu.spark.host.replica_cache`).
+
 Failed replicas, replicas being copied into and consensus-only replicas are skipped.
 
 Thread-safety: :class:`MaintenanceManager` runs its cycles on one thread; ``note`` may be
@@ -32,7 +36,7 @@ from dataclasses import dataclass
 
 from pyspark_kudu.errors import KuduError
 from pyspark_kudu.spark.host.handlers import failed_reason, read_applied, tablet_dir
-from pyspark_kudu.spark.host.replica_cache import open_replica
+from pyspark_kudu.spark.host.replica_cache import cache_budget_bytes, cached_memory, open_replica
 from pyspark_kudu.spark.host.tabletcopy import COPYING_FILE
 from pyspark_kudu.spark.host.wal_committed_log import WalCommittedLog
 from pyspark_kudu.tablet import Tablet
@@ -58,9 +62,11 @@ class MaintenanceOp:
 
 def maintain_replica(root: str, tablet_id: str, policy: MaintenancePolicy, *,
                      history_mark: int | None = None, flush: bool = False,
-                     options: WalOptions | None = None) -> MaintenanceOp | None:
+                     compact: bool = True, options: WalOptions | None = None
+                     ) -> MaintenanceOp | None:
     """Run the next maintenance operation of one replica, if any is due (module docstring).
-    ``flush``: the replica has been idle long enough to flush its MemRowSet."""
+    ``flush``: the replica has been idle long enough to flush its MemRowSet (or memory is
+    short); ``compact=False``: flush only."""
     io = tablet_dir(root, tablet_id)
     if (not io.exists(SUPERBLOCK_FILE) or failed_reason(io) is not None
             or io.exists(COPYING_FILE)):
@@ -68,7 +74,7 @@ def maintain_replica(root: str, tablet_id: str, policy: MaintenancePolicy, *,
     t0 = time.perf_counter()
     with open_replica(root, io, tablet_id, options, mutate=False) as h:
         sb = Superblock.load(io)
-        ids = choose_compaction(sb.rowsets, policy)
+        ids = choose_compaction(sb.rowsets, policy) if compact else ()
         applied = read_applied(io)
         if not ids and not (flush and applied > sb.last_flushed_index):
             return None
@@ -129,11 +135,33 @@ class MaintenanceManager:
             return self.policy.flush_idle_s == 0
         return now - last[1] >= self.policy.flush_idle_s
 
+    def _pressured(self, roots: dict[str, WalOptions | None]) -> list[MaintenanceOp]:
+        """Flush the largest MemRowSets this process holds while they exceed half of its
+        replica budget (module docstring of ``replica_cache``)."""
+        done: list[MaintenanceOp] = []
+        held = {k: mrs for k, (mrs, _) in cached_memory().items() if k[0] in roots}
+        limit = cache_budget_bytes() // 2
+        total = sum(held.values())
+        for (root, tid), mrs in sorted(held.items(), key=lambda kv: -kv[1]):
+            if total <= limit or len(done) >= self.max_ops or mrs == 0:
+                break
+            try:
+                op = maintain_replica(root, tid, self.policy, flush=True, compact=False,
+                                      options=roots[root])
+            except (KuduError, OSError, ValueError) as e:
+                self.errors += 1
+                _log.warning("flushing tablet %s under %s failed: %s", tid, root, e)
+                continue
+            if op is not None:
+                done.append(op)
+                total -= mrs
+        return done
+
     def run_once(self) -> list[MaintenanceOp]:
         """One cycle; returns the operations it ran."""
         with self._lock:
             roots = dict(self._roots)
-        done: list[MaintenanceOp] = []
+        done: list[MaintenanceOp] = self._pressured(roots)
         for root, options in roots.items():
             base = os.path.join(root, "tablets")
             try:

@@ -16,6 +16,14 @@ kept of its previous incarnation, and a counter would restart from the same valu
 file is not fsynced: it only has to agree between processes of one host, which share the
 page cache, and a host crash ends every cache anyway.
 
+**Memory budget**: the open replicas of a process hold their MemRowSets and key indexes.
+When their estimated total exceeds ``PYSPARK_KUDU_REPLICA_CACHE_MB`` (1024 MiB by default;
+with rounds served by the host's resident tablet server this is the host's budget), the
+least recently used replicas are closed until it fits; the host's maintenance flushes the
+largest MemRowSets first once they pass half of it
+(:mod:`~pyspark_kudu.spark.host.maintenance`), so a replica closed for memory rarely has
+much to replay when it is opened again.
+
 On release the lazily kept commit index is persisted (``WalStorage.sync_commit``), so a
 process that reopens the replica sees it. A request that fails drops its handle (the storage
 may be failed; recovery on reopen decides what survived). At most ``CACHE_LIMIT`` replicas
@@ -45,15 +53,30 @@ from pyspark_kudu.tablet import Tablet
 from pyspark_kudu.wal import WalOptions, WalStorage
 
 __all__ = [
+    "CACHE_BUDGET_ENV",
     "CACHE_LIMIT",
     "ReplicaHandle",
+    "cache_budget_bytes",
     "cache_stats",
+    "cached_memory",
     "clear_cache",
     "delete_replica",
     "open_replica",
 ]
 
 CACHE_LIMIT = 64
+#: Environment variable: the process's budget for open replicas, in MiB.
+CACHE_BUDGET_ENV = "PYSPARK_KUDU_REPLICA_CACHE_MB"
+_DEFAULT_BUDGET_MB = 1024
+
+
+def cache_budget_bytes() -> int:
+    """The memory budget of this process's open replicas (module docstring)."""
+    try:
+        mb = float(os.environ.get(CACHE_BUDGET_ENV, "") or _DEFAULT_BUDGET_MB)
+    except ValueError:
+        mb = _DEFAULT_BUDGET_MB
+    return int(max(mb, 1) * 2**20)
 _LOCK_FILE = "lock"
 _GEN_FILE = "generation"
 
@@ -70,6 +93,15 @@ class ReplicaHandle:
     tablet: Tablet | None = None
     tablet_log: WalCommittedLog | None = None
 
+    def memory_bytes(self) -> tuple[int, int]:
+        """(MemRowSet, indexes) bytes of this handle's open tablet (0, 0 when none)."""
+        tablet = self.tablet
+        if tablet is None:
+            return 0, 0
+        with contextlib.suppress(Exception):
+            return tablet.memory_bytes()
+        return 0, 0
+
     def will_mutate(self) -> None:
         """(Lock held.) This request is about to change the replica although it was opened
         as a read: invalidate other processes' cached handles first (see the module docs)."""
@@ -85,13 +117,21 @@ class ReplicaHandle:
 
 _cache: OrderedDict[tuple[str, str], ReplicaHandle] = OrderedDict()
 _cache_lock = threading.Lock()
-_stats = {"hits": 0, "opens": 0}
+_stats = {"hits": 0, "opens": 0, "evicted_for_memory": 0}
 
 
 def cache_stats() -> dict[str, int]:
     """Hits and opens of this process's cache (tests and benchmarks read it)."""
     with _cache_lock:
         return dict(_stats)
+
+
+def cached_memory() -> dict[tuple[str, str], tuple[int, int]]:
+    """(MemRowSet, indexes) bytes of every replica this process keeps open, by (root,
+    tablet id); replicas in use right now are not listed."""
+    with _cache_lock:
+        handles = dict(_cache)
+    return {k: h.memory_bytes() for k, h in handles.items()}
 
 
 def clear_cache() -> None:
@@ -164,6 +204,17 @@ def open_replica(root: str, tablet_dir: FileIO, tablet_id: str, options: WalOpti
             _cache[key] = handle
             while len(_cache) > CACHE_LIMIT:
                 evicted.append(_cache.popitem(last=False)[1])
+            budget = cache_budget_bytes()
+            sizes = {k: sum(h.memory_bytes()) for k, h in _cache.items()}
+            total = sum(sizes.values())
+            for k in list(_cache):
+                if total <= budget:
+                    break
+                if k == key:
+                    continue  # the replica just used stays
+                total -= sizes[k]
+                evicted.append(_cache.pop(k))
+                _stats["evicted_for_memory"] += 1
         for h in evicted:
             h.close()
     finally:

@@ -124,6 +124,15 @@ def _local_root(choice: ReplicaChoice, scan: TabletScan, host: str) -> tuple[str
     return (None, why) if why else (root, "")
 
 
+#: ``server`` (default): a replica on the task's own host is read through the host's
+#: resident tablet server too, which keeps it open; ``process``: in the task's process.
+LOCAL_SCANS_ENV = "PYSPARK_KUDU_LOCAL_SCANS"
+
+
+def _via_server() -> bool:
+    return os.environ.get(LOCAL_SCANS_ENV, "server") != "process"
+
+
 def read_tablet(scan: TabletScan, host: str | None = None,
                 secret: bytes | None = None) -> Iterator[pa.RecordBatch]:
     """The rows of ``scan`` from the first replica that serves them (module docstring),
@@ -143,6 +152,8 @@ def read_tablet(scan: TabletScan, host: str | None = None,
         if implicit:
             snapshot = known  # a follower's log past its commit may be uncommitted: read at
         root, why = _local_root(choice, scan, host)
+        if root is not None and choice.address and secret and _via_server():
+            root, why = None, "read through its host's resident tablet server"
         require = scan.known_commit if scan.require else None
         it: Iterator[pa.RecordBatch]
         try:

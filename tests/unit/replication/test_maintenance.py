@@ -235,3 +235,73 @@ def test_an_idle_replica_is_flushed_and_history_older_than_the_age_is_dropped(
     with pytest.raises(InvalidArgumentError, match="ancient history mark"):
         list(scan_replica(root, "t", None, (), first[0]))
     clear_cache()
+
+
+def _three_tablets(tmp_path: Path) -> tuple[str, list[TabletLeader]]:
+    roots = {ts: str(tmp_path / ts) for ts in TS}
+    transport = DirectTransport(roots)
+    leads = []
+    for k, tid in enumerate(("t1", "t2", "t3")):
+        tablet = TabletReplicas(tid, TS)
+        TabletLeader(tablet, "ts-a", transport).create(SCHEMA.to_json())
+        lead = TabletLeader(tablet, "ts-a", transport)
+        lead.elect()
+        lead.propose([encode_write_batch(SCHEMA, OpType.UPSERT, pa.table({
+            "id": list(range(2000 * (k + 1))), "v": ["x" * 50] * (2000 * (k + 1))}))])
+        lead.heartbeat()
+        leads.append(lead)
+    return roots["ts-a"], leads
+
+
+def _open_all(root: str) -> None:
+    """Open each tablet's replica in this process (as a scan would)."""
+    for tid in ("t1", "t2", "t3"):
+        for _ in scan_replica(root, tid, ("id",), (), None):
+            pass
+
+
+def test_open_replicas_beyond_the_memory_budget_are_closed_least_recent_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pyspark_kudu.spark.host import replica_cache
+
+    clear_cache()
+    root, _ = _three_tablets(tmp_path)
+    _open_all(root)
+    # (The in-process transport keeps every replica of the three tablets open here.)
+    held = replica_cache.cached_memory()
+    mine = {k[1]: v for k, v in held.items() if k[0] == root}
+    assert set(mine) == {"t1", "t2", "t3"} and all(m > 0 for m, _ in mine.values())
+    budget = sum(sum(v) for v in held.values()) - 1  # one byte short of all of them
+    monkeypatch.setenv(replica_cache.CACHE_BUDGET_ENV, str(budget / 2**20))
+    before = replica_cache.cache_stats()["evicted_for_memory"]
+    _open_all(root)  # each use evicts the least recently used others until it fits
+    after = replica_cache.cached_memory()
+    assert sum(sum(v) for v in after.values()) <= budget
+    assert (root, "t3") in after and len(after) < len(held), after
+    assert replica_cache.cache_stats()["evicted_for_memory"] > before
+    clear_cache()
+
+
+def test_memory_pressure_flushes_the_largest_memrowsets_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pyspark_kudu.spark.host import replica_cache
+
+    clear_cache()
+    root, _ = _three_tablets(tmp_path)
+    _open_all(root)
+    held = replica_cache.cached_memory()
+    mrs = {k[1]: m for k, (m, _) in held.items() if k[0] == root}
+    # Half the budget holds the smallest MemRowSet only: the two largest must be flushed,
+    # largest first, and the smallest not.
+    budget = 2 * (mrs["t1"] + mrs["t2"] // 2)
+    assert mrs["t1"] < budget / 2 < mrs["t1"] + mrs["t2"]
+    monkeypatch.setenv(replica_cache.CACHE_BUDGET_ENV, str(budget / 2**20))
+    manager = MaintenanceManager(MaintenancePolicy(flush_idle_s=3600))
+    manager.note(root)
+    ops = manager.run_once()
+    assert [(op.tablet_id, op.kind) for op in ops] == [("t3", "flush"), ("t2", "flush")]
+    for tid in ("t2", "t3"):
+        sb = Superblock.load(tablet_dir(root, tid))
+        assert len(sb.rowsets) == 1, tid  # its MemRowSet is on disk now
+    assert not Superblock.load(tablet_dir(root, "t1")).rowsets
+    clear_cache()
