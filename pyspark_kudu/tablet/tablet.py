@@ -581,10 +581,13 @@ class Tablet:
 
     def memory_bytes(self) -> tuple[int, int]:
         """Estimated memory this open replica holds: (its MemRowSet, its loaded key indexes
-        and kept index sources). Flushing frees the first; closing the tablet both."""
-        with self._lock:
-            mrs = self._mrs.nbytes if self._mrs is not None else 0
-            return mrs, sum(rs.memory_bytes() for rs in self._rowsets)
+        and kept index sources). Flushing frees the first; closing the tablet both.
+
+        Read without the tablet lock (a compaction may hold it for seconds): an estimate of
+        a moment, never blocking."""
+        mrs = self._mrs
+        return (mrs.nbytes if mrs is not None else 0,
+                sum(rs.memory_bytes() for rs in list(self._rowsets)))
 
     def debug_versions(self) -> int:
         """Number of stored versions (rowsets plus MemRowSet), for tests and metrics."""

@@ -68,17 +68,18 @@ CACHE_LIMIT = 64
 #: Environment variable: the process's budget for open replicas, in MiB.
 CACHE_BUDGET_ENV = "PYSPARK_KUDU_REPLICA_CACHE_MB"
 _DEFAULT_BUDGET_MB = 1024
+_LOCK_FILE = "lock"
+_GEN_FILE = "generation"
 
 
 def cache_budget_bytes() -> int:
-    """The memory budget of this process's open replicas (module docstring)."""
+    """The memory budget of this process's open replicas (module docstring; at least
+    1 MiB)."""
     try:
         mb = float(os.environ.get(CACHE_BUDGET_ENV, "") or _DEFAULT_BUDGET_MB)
     except ValueError:
         mb = _DEFAULT_BUDGET_MB
     return int(max(mb, 1) * 2**20)
-_LOCK_FILE = "lock"
-_GEN_FILE = "generation"
 
 
 @dataclass

@@ -150,7 +150,9 @@ def read_tablet(scan: TabletScan, host: str | None = None,
         snapshot, known = scan.snapshot, scan.known_commit
         implicit = not choice.leader and snapshot is None and known is not None
         if implicit:
-            snapshot = known  # a follower's log past its commit may be uncommitted: read at
+            # A follower's log past its own commit index may hold uncommitted entries: read
+            # it at the known index, as a snapshot.
+            snapshot = known
         root, why = _local_root(choice, scan, host)
         if root is not None and choice.address and secret and _via_server():
             root, why = None, "read through its host's resident tablet server"

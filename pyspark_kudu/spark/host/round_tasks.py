@@ -17,7 +17,7 @@ import logging
 import os
 import pickle
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +44,6 @@ __all__ = [
     "serve_encoded",
     "serve_host",
     "serve_in_process",
-    "task_roots",
     "unland",
     "where",
 ]
@@ -125,19 +124,17 @@ def serve_host(task: HostTask, delivered: Mapping[str, bytes | Landed] | None = 
                 os.remove(f.path)
 
 
-def serve_encoded(body: bytes) -> bytes:
+def serve_encoded(body: bytes,
+                  note_root: Callable[[str, WalOptions | None], None] | None = None) -> bytes:
     """The resident server's side of :func:`serve_host`: a pickled ``(task, payloads)`` in,
-    the pickled result out (the caller was authenticated with the cluster credential)."""
+    the pickled result out (the caller was authenticated with the cluster credential).
+    ``note_root`` is told each data root the task serves, with its WAL options."""
     task, payloads = pickle.loads(body)
+    if note_root is not None:
+        for _, root_hint, _ in task.items:
+            note_root(local_data_root(root_hint), task.options)
     out = serve_in_process(task, LandedPayloads(payloads))
     return pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def task_roots(body: bytes) -> list[tuple[str | None, WalOptions | None]]:
-    """The data root hints and WAL options of an encoded task (for the server's
-    maintenance)."""
-    task, _ = pickle.loads(body)
-    return [(root_hint, task.options) for _, root_hint, _ in task.items]
 
 
 def serve_in_process(task: HostTask, delivered: Mapping[str, bytes]) -> ServeResult:
@@ -154,9 +151,15 @@ def serve_in_process(task: HostTask, delivered: Mapping[str, bytes]) -> ServeRes
 
 
 def _land_bytes(data: bytes) -> Landed:
+    """``data`` in a private temporary file of this host (removed again if writing fails)."""
     fd, tmp = tempfile.mkstemp(prefix="pyspark-kudu-delivered-")  # mode 0600
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
     return Landed(tmp)
 
 def barrier_partition(it: Iterator[HostTask]) -> Iterator[list[tuple[str, Any, str]]]:

@@ -111,12 +111,9 @@ def _serve(body: bytes) -> bytes:
     """A round task's requests, served against this host's replicas (see
     :func:`~pyspark_kudu.spark.host.round_tasks.serve_host`). The caller proved it holds the
     application's credential (every call is authenticated)."""
-    from pyspark_kudu.spark.host.round_tasks import serve_encoded, task_roots
+    from pyspark_kudu.spark.host.round_tasks import serve_encoded
 
-    if _maintenance is not None:
-        for root_hint, options in task_roots(body):
-            _note_root(local_data_root(root_hint), options)
-    return serve_encoded(body)
+    return serve_encoded(body, _note_root)
 
 
 #: Seconds between maintenance cycles of the resident server (0: no background maintenance).
