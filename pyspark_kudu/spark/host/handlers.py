@@ -104,7 +104,6 @@ from pyspark_kudu.spark.host.dataplane import (
 )
 from pyspark_kudu.spark.host.replica_cache import ReplicaHandle, delete_replica, open_replica
 from pyspark_kudu.spark.host.tabletcopy import COPYING_FILE, copy_out, install_copy, part_refs
-from pyspark_kudu.spark.host.wal_committed_log import WalCommittedLog
 from pyspark_kudu.tablet import Tablet, WriteResult
 from pyspark_kudu.tablet.superblock import SUPERBLOCK_FILE
 from pyspark_kudu.wal import WalOptions, WalStorage
@@ -226,12 +225,10 @@ class _TabletSink:
         if not self._has_tablet or not entries:
             return
         h = self.handle
-        if h.tablet is None:
-            if not writes:
-                return
-            h.tablet_log = WalCommittedLog(h.storage, upto=self._applied_before)
-            h.tablet = Tablet.open(self._root, self._tablet_id, log=h.tablet_log)
-        self.results.extend(h.tablet.apply(e.index, e.data) for e in writes)
+        if h.tablet is None and not writes:
+            return
+        tablet = h.open_tablet(self._root, self._tablet_id, self._applied_before)
+        self.results.extend(tablet.apply(e.index, e.data) for e in writes)
         assert h.tablet_log is not None
         h.tablet_log.advance_upto(entries[-1].index)
 

@@ -38,8 +38,6 @@ from pyspark_kudu.errors import KuduError
 from pyspark_kudu.spark.host.handlers import failed_reason, read_applied, tablet_dir
 from pyspark_kudu.spark.host.replica_cache import cache_budget_bytes, cached_memory, open_replica
 from pyspark_kudu.spark.host.tabletcopy import COPYING_FILE
-from pyspark_kudu.spark.host.wal_committed_log import WalCommittedLog
-from pyspark_kudu.tablet import Tablet
 from pyspark_kudu.tablet.maintenance import MaintenancePolicy, choose_compaction
 from pyspark_kudu.tablet.superblock import SUPERBLOCK_FILE, Superblock
 from pyspark_kudu.wal import WalOptions
@@ -79,14 +77,12 @@ def maintain_replica(root: str, tablet_id: str, policy: MaintenancePolicy, *,
         if not ids and not (flush and applied > sb.last_flushed_index):
             return None
         h.will_mutate()
-        if h.tablet is None:
-            h.tablet_log = WalCommittedLog(h.storage, upto=applied)
-            h.tablet = Tablet.open(root, tablet_id, log=h.tablet_log)
+        tablet = h.open_tablet(root, tablet_id, applied)
         if ids:
             mark = None if history_mark is None else min(history_mark, applied)
-            h.tablet.compact(mark, rowset_ids=ids)
+            tablet.compact(mark, rowset_ids=ids)
             return MaintenanceOp(root, tablet_id, "compact", ids, time.perf_counter() - t0)
-        if not h.tablet.flush():
+        if not tablet.flush():
             return None
         return MaintenanceOp(root, tablet_id, "flush", (), time.perf_counter() - t0)
 

@@ -103,6 +103,16 @@ class ReplicaHandle:
             return tablet.memory_bytes()
         return 0, 0
 
+    def open_tablet(self, root: str, tablet_id: str, applied: int) -> Tablet:
+        """(Lock held.) The replica's tablet, opened now if this handle has none, with a log
+        bounded by ``applied`` (what the replica had applied: bootstrap replays only that,
+        see ``WalCommittedLog.upto``). A bootstrap may flush: a reader marks the handle
+        changed first (:meth:`will_mutate`)."""
+        if self.tablet is None:
+            self.tablet_log = WalCommittedLog(self.storage, upto=applied)
+            self.tablet = Tablet.open(root, tablet_id, log=self.tablet_log)
+        return self.tablet
+
     def will_mutate(self) -> None:
         """(Lock held.) This request is about to change the replica although it was opened
         as a read: invalidate other processes' cached handles first (see the module docs)."""

@@ -29,8 +29,7 @@ from pyspark_kudu.spark.host.handlers import (
 from pyspark_kudu.spark.host.identity import current_host
 from pyspark_kudu.spark.host.replica_cache import open_replica
 from pyspark_kudu.spark.host.tabletcopy import COPYING_FILE
-from pyspark_kudu.spark.host.wal_committed_log import WalCommittedLog
-from pyspark_kudu.tablet import Tablet, TabletScanner
+from pyspark_kudu.tablet import TabletScanner
 from pyspark_kudu.wal import WalOptions
 
 __all__ = ["scan_replica"]
@@ -112,6 +111,5 @@ def _open_scan(
                            commit_term=commit_term, host=current_host())
         if handle.tablet is None:
             handle.will_mutate()  # a bootstrap may flush
-            handle.tablet_log = WalCommittedLog(storage, upto=applied)
-            handle.tablet = Tablet.open(root, tablet_id, log=handle.tablet_log)
-        return handle.tablet.open_scan(columns, predicates, snapshot, batch_rows)
+        tablet = handle.open_tablet(root, tablet_id, applied)
+        return tablet.open_scan(columns, predicates, snapshot, batch_rows)

@@ -61,7 +61,6 @@ from pyspark_kudu.errors import CorruptionError, IllegalStateError, InvalidArgum
 from pyspark_kudu.fileio import FileIO, make_private_dirs, open_private
 from pyspark_kudu.spark.host.dataplane import STAGING_DIR, StagedRef
 from pyspark_kudu.spark.host.replica_cache import ReplicaHandle
-from pyspark_kudu.spark.host.wal_committed_log import WalCommittedLog
 from pyspark_kudu.tablet import Tablet
 from pyspark_kudu.tablet.committed_log import MemoryLog
 from pyspark_kudu.tablet.copy import CopyChunk, TabletCopySource, install_tablet_copy
@@ -104,9 +103,7 @@ def copy_out(root: str, host: str, tablet_id: str, handle: ReplicaHandle, applie
             f"tablet {tablet_id} on {host} has no tablet (a consensus-only replica); it "
             f"cannot be the source of a tablet copy")
     storage = handle.storage
-    if handle.tablet is None:
-        handle.tablet_log = WalCommittedLog(storage, upto=applied)
-        handle.tablet = Tablet.open(root, tablet_id, log=handle.tablet_log)
+    tablet = handle.open_tablet(root, tablet_id, applied)
     _, conf = storage.initial_state()
     term = storage.term(applied) if applied > 0 else 0
     rel_dir = os.path.join(STAGING_DIR, f"copy-{copy_id}")
@@ -127,7 +124,7 @@ def copy_out(root: str, host: str, tablet_id: str, handle: ReplicaHandle, applie
         parts.append(StagedRef(host, root, os.path.join(rel_dir, name), size, crc, 0, -1))
 
     try:
-        with TabletCopySource(handle.tablet) as src:
+        with TabletCopySource(tablet) as src:
             for chunk in src.chunks():
                 raw = chunk.to_bytes()
                 n = _LEN.size + len(raw)

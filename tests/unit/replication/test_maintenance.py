@@ -21,10 +21,9 @@ from pyspark_kudu.spark.host.handlers import catch_up, tablet_dir
 from pyspark_kudu.spark.host.maintenance import MaintenanceManager, maintain_replica
 from pyspark_kudu.spark.host.replica_cache import clear_cache, open_replica
 from pyspark_kudu.spark.host.replica_scan import scan_replica
-from pyspark_kudu.spark.host.wal_committed_log import WalCommittedLog
 from pyspark_kudu.spark.replication.peer_transport import DirectTransport
 from pyspark_kudu.spark.replication.tablet_leader import TabletLeader, TabletReplicas
-from pyspark_kudu.tablet import CRASH_ENV, CRASH_EXIT_CODE, OpType, Tablet, encode_write_batch
+from pyspark_kudu.tablet import CRASH_ENV, CRASH_EXIT_CODE, OpType, encode_write_batch
 from pyspark_kudu.tablet.maintenance import (
     MaintenancePolicy,
     choose_compaction,
@@ -108,11 +107,8 @@ def _batch(ids: range, tag: str) -> bytes:
 def _flush(root: str) -> None:
     io = tablet_dir(root, "t")
     with open_replica(root, io, "t", None, mutate=True) as h:
-        applied = catch_up(root, "t", io, h)
-        if h.tablet is None:
-            h.tablet_log = WalCommittedLog(h.storage, upto=applied)
-            h.tablet = Tablet.open(root, "t", log=h.tablet_log)
-        h.tablet.flush()
+        tablet = h.open_tablet(root, "t", catch_up(root, "t", io, h))
+        tablet.flush()
 
 
 def _rows(root: str) -> list[tuple[int, str]]:

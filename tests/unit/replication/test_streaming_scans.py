@@ -27,10 +27,9 @@ from pyspark_kudu.spark.host.replica_cache import clear_cache, open_replica
 from pyspark_kudu.spark.host.replica_scan import scan_replica
 from pyspark_kudu.spark.host.tablet_server import _make_server
 from pyspark_kudu.spark.host.tserver_protocol import ScanRequest
-from pyspark_kudu.spark.host.wal_committed_log import WalCommittedLog
 from pyspark_kudu.spark.replication.peer_transport import DirectTransport
 from pyspark_kudu.spark.replication.tablet_leader import TabletLeader, TabletReplicas
-from pyspark_kudu.tablet import OpType, Tablet, encode_write_batch
+from pyspark_kudu.tablet import OpType, encode_write_batch
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.unit
@@ -54,12 +53,9 @@ def _flush(root: str) -> int:
     """Flush the replica's tablet under its lock; returns its number of rowsets."""
     io = tablet_dir(root, "t")
     with open_replica(root, io, "t", None, mutate=True) as h:
-        applied = catch_up(root, "t", io, h)
-        if h.tablet is None:
-            h.tablet_log = WalCommittedLog(h.storage, upto=applied)
-            h.tablet = Tablet.open(root, "t", log=h.tablet_log)
-        h.tablet.flush()
-        return len(h.tablet.rowsets)
+        tablet = h.open_tablet(root, "t", catch_up(root, "t", io, h))
+        tablet.flush()
+        return len(tablet.rowsets)
 
 
 @pytest.fixture
