@@ -31,29 +31,16 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructField, StructType
 
 from pyspark_kudu.partitioning import HashDimension, Partitioner, PartitionSchema
 from pyspark_kudu.schema import Predicate
 from pyspark_kudu.spark.api.context import KuduContext
 from pyspark_kudu.spark.host.handlers import tablet_dir
 from pyspark_kudu.tablet.superblock import Superblock
+from pyspark_kudu.testing.benchdata import five_columns, keyed_schema
 from pyspark_kudu.testing.standalone_cluster import StandaloneCluster, cluster_session
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-
-
-def _rows(spark: SparkSession, n: int, parts: int) -> DataFrame:
-    return (spark.range(n, numPartitions=parts)
-            .select(F.col("id").cast("long").alias("id"),
-                    (F.col("id") * 2).alias("a"),
-                    (F.col("id") % 1000).cast("double").alias("b"),
-                    F.concat(F.lit("name-"), F.col("id").cast("string")).alias("c"),
-                    (F.col("id") % 7 == 0).alias("d")))
-
-
-def _keyed(df: DataFrame) -> StructType:
-    return StructType([StructField(f.name, f.dataType, f.name != "id") for f in df.schema])
 
 
 def _timed(fn: Any) -> tuple[float, Any]:
@@ -87,13 +74,13 @@ def main(argv: list[str] | None = None) -> int:
 def _run(spark: SparkSession, args: argparse.Namespace, base: Path,
          cluster: StandaloneCluster) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    df = _rows(spark, args.rows, args.workers).cache()
+    df = five_columns(spark, args.rows, args.workers).cache()
     df.count()
-    schema = _keyed(df)
+    schema = keyed_schema(df)
     hashed = PartitionSchema((HashDimension(("id",), args.workers),))
     with KuduContext(spark, warehouse=str(base / "warehouse")) as kudu:
         # Warm-up of both paths (executors' Python workers, JVM code paths).
-        small = _rows(spark, 1000, args.workers)
+        small = five_columns(spark, 1000, args.workers)
         small.write.mode("overwrite").parquet(str(base / "warm.parquet"))
         kudu.create_table("warm", schema, keys=["id"], partitioning=hashed, replicas=3)
         small.write.format("kudu").option("kudu.table", "warm").mode("append").save()

@@ -23,7 +23,6 @@ import json
 import os
 import platform
 import random
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -33,6 +32,7 @@ from pyspark_kudu.master.placement import Placer, find_violations
 from pyspark_kudu.master.rebalancer import apply_moves, plan_rebalance
 from pyspark_kudu.master.sim import build_servers
 from pyspark_kudu.master.topology import ClusterSnapshot, Replica, Table, Tablet, TabletServer
+from pyspark_kudu.testing.benchdata import commit_id
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GOALS = {"placement_s": 5.0, "rebalance_plan_s": 10.0, "final_skew": 1.0}
@@ -76,14 +76,6 @@ def plot(path: Path, before: ClusterSnapshot, after: ClusterSnapshot, title: str
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).resolve().parents[1]).stdout.strip()
-    except OSError:  # no git here: the JSON says so
-        return ""
 
 
 def _new_servers(n: int, locations: int) -> list[TabletServer]:
@@ -169,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rep = plan.report
     result = {
-        "commit": _commit(),
+        "commit": commit_id(Path(__file__).resolve().parents[1]),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "inputs": {
             "tablets": args.tablets, "replication_factor": args.rf,

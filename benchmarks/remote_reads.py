@@ -26,7 +26,6 @@ import argparse
 import datetime as dt
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,6 +42,7 @@ from pyspark_kudu.spark.api.context import KuduContext
 from pyspark_kudu.spark.host.identity import current_host
 from pyspark_kudu.spark.host.replica_reader import TabletScan, read_tablet
 from pyspark_kudu.spark.pinned import pinned_rdd
+from pyspark_kudu.testing.benchdata import commit_id, five_columns
 from pyspark_kudu.testing.standalone_cluster import StandaloneCluster, cluster_session
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,23 +50,9 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 MAPPING = f"{REPO / 'conf' / 'location_mapping.sh'} {REPO / 'conf' / 'topology.txt'}"
 
 
-def _rows(spark: SparkSession, n: int, parts: int) -> DataFrame:
-    return (spark.range(n, numPartitions=parts)
-            .select(F.col("id").cast("long").alias("id"),
-                    (F.col("id") * 2).alias("a"),
-                    (F.col("id") % 1000).cast("double").alias("b"),
-                    F.concat(F.lit("name-"), F.col("id").cast("string")).alias("c"),
-                    (F.col("id") % 7 == 0).alias("d")))
-
-
 def _aggregate(df: DataFrame) -> tuple[Any, ...]:
     return tuple(df.agg(F.count("id"), F.sum("a"), F.max("b"), F.count("c"),
                         F.sum(F.col("d").cast("int"))).collect()[0])
-
-
-def _commit() -> str:
-    return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                          cwd=REPO).stdout.strip()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     base = Path(tempfile.mkdtemp(prefix="bench-remote-reads-"))
     r: dict[str, Any] = {"rows": args.rows, "workers": args.workers, "columns": 5,
-                         "commit": _commit(), "date": dt.datetime.now(dt.timezone.utc)
+                         "commit": commit_id(REPO), "date": dt.datetime.now(dt.timezone.utc)
                          .isoformat(timespec="seconds")}
     with StandaloneCluster(base / "cluster", workers=args.workers) as cluster:
         spark = cluster_session(cluster.master_url, "bench-remote-reads", args.workers,
@@ -93,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(spark: SparkSession, args: argparse.Namespace, base: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    df = _rows(spark, args.rows, args.workers).cache()
+    df = five_columns(spark, args.rows, args.workers).cache()
     df.count()
     schema = StructType([StructField(f.name, f.dataType, f.name != "id") for f in df.schema])
     with KuduContext(spark, warehouse=str(base / "warehouse"),

@@ -35,7 +35,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import tempfile
 import threading
 import time
@@ -60,6 +59,7 @@ from pyspark.sql.types import (
 from pyspark_kudu.partitioning import HashDimension, PartitionSchema, RangePartition
 from pyspark_kudu.schema import Predicate
 from pyspark_kudu.spark.api.context import KuduContext
+from pyspark_kudu.testing.benchdata import commit_id, five_columns, keyed_schema
 from pyspark_kudu.testing.standalone_cluster import StandaloneCluster, cluster_session
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,12 +68,6 @@ MAPPING = f"{REPO / 'conf' / 'location_mapping.sh'} {REPO / 'conf' / 'topology.t
 _EXECUTOR_PY = ("pyspark_kudu.spark.host.daemon", "pyspark.daemon", "pyspark/worker",
                 "pyspark.worker")
 _SPLIT_TS = dt.datetime(2026, 6, 1, tzinfo=dt.timezone.utc)
-
-
-def _commit() -> str:
-    out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                         cwd=REPO, check=False)
-    return out.stdout.strip()
 
 
 # -- memory --------------------------------------------------------------------------------
@@ -161,15 +155,6 @@ class MemorySampler:
 
 
 # -- data ----------------------------------------------------------------------------------
-def _simple(spark: SparkSession, n: int, parts: int) -> DataFrame:
-    return (spark.range(n, numPartitions=parts)
-            .select(F.col("id").cast("long").alias("id"),
-                    (F.col("id") * 2).alias("a"),
-                    (F.col("id") % 1000).cast("double").alias("b"),
-                    F.concat(F.lit("name-"), F.col("id").cast("string")).alias("c"),
-                    (F.col("id") % 7 == 0).alias("d")))
-
-
 COMPOSITE = StructType([
     StructField("region", StringType(), False), StructField("at", TimestampType(), False),
     StructField("seq", LongType(), False), StructField("amount", DecimalType(18, 2)),
@@ -277,8 +262,8 @@ def _run_size(n: int, args: argparse.Namespace, base: Path) -> dict[str, Any]:
 
 def _warm_up(spark: SparkSession, kudu: KuduContext, base: Path, parts: int) -> None:
     """Neither side pays the executors' first Python worker and JVM warm-up in a figure."""
-    small = _simple(spark, 10_000, parts)
-    kudu.create_table("warm", _kudu_schema(small), keys=["id"], replicas=3,
+    small = five_columns(spark, 10_000, parts)
+    kudu.create_table("warm", keyed_schema(small), keys=["id"], replicas=3,
                       partitioning=PartitionSchema((HashDimension(("id",), 6),)))
     _kudu_write(small, "warm", "upsert")
     _aggregate(spark.read.format("kudu").option("kudu.table", "warm").load())
@@ -286,16 +271,12 @@ def _warm_up(spark: SparkSession, kudu: KuduContext, base: Path, parts: int) -> 
     kudu.delete_table("warm")
 
 
-def _kudu_schema(df: DataFrame) -> StructType:
-    return StructType([StructField(f.name, f.dataType, f.name != "id") for f in df.schema])
-
-
 def _simple_table(spark: SparkSession, kudu: KuduContext, n: int, parts: int,
                   args: argparse.Namespace, base: Path, mem: MemorySampler) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    df = _simple(spark, n, parts).cache()
+    df = five_columns(spark, n, parts).cache()
     df.count()
-    schema = _kudu_schema(df)
+    schema = keyed_schema(df)
     hashed = PartitionSchema((HashDimension(("id",), 6),))
     _warm_up(spark, kudu, base, parts)
     parquet = base / f"simple-{n}.parquet"
@@ -364,7 +345,7 @@ def _small_upserts(spark: SparkSession, table: str, parquet: Path, n: int,
             lo = (rep * 1_000_003) % max(1, n - size)
             rows = [(i, i * 3 + rep, float(i % 1000), f"upserted-{rep}-{i}", i % 2 == 0)
                     for i in range(lo, lo + size)]
-            df = spark.createDataFrame(rows, _kudu_schema(_simple(spark, 1, 1)))
+            df = spark.createDataFrame(rows, keyed_schema(five_columns(spark, 1, 1)))
             with mem.phase(f"upsert_{size}_rows"):
                 k_times.append(_kudu_write(df, table, "upsert"))
             src = pa.table({"id": [r[0] for r in rows], "a": [r[1] for r in rows],
@@ -470,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="skip the composite-key table above this many rows")
     ap.add_argument("--out", default="scale", help="results file stem under results/")
     args = ap.parse_args(argv)
-    r: dict[str, Any] = {"commit": _commit(), "workers": args.workers, "sizes": [],
+    r: dict[str, Any] = {"commit": commit_id(REPO), "workers": args.workers, "sizes": [],
                          "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     for n in (int(s) for s in args.sizes.split(",")):

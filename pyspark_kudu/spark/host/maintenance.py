@@ -27,6 +27,7 @@ called from any thread.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -141,17 +142,32 @@ class MaintenanceManager:
         for (root, tid), mrs in sorted(held.items(), key=lambda kv: -kv[1]):
             if total <= limit or len(done) >= self.max_ops or mrs == 0:
                 break
-            try:
-                op = maintain_replica(root, tid, self.policy, flush=True, compact=False,
-                                      options=roots[root])
-            except (KuduError, OSError, ValueError) as e:
-                self.errors += 1
-                _log.warning("flushing tablet %s under %s failed: %s", tid, root, e)
-                continue
+            op = self._attempt(root, tid, functools.partial(
+                maintain_replica, root, tid, self.policy, flush=True, compact=False,
+                options=roots[root]))
             if op is not None:
                 done.append(op)
                 total -= mrs
         return done
+
+    def _next_op(self, root: str, tid: str, options: WalOptions | None
+                 ) -> MaintenanceOp | None:
+        key = (root, tid)
+        applied = read_applied(tablet_dir(root, tid))
+        now = self._clock()
+        return maintain_replica(root, tid, self.policy,
+                                history_mark=self._mark(key, applied, now),
+                                flush=self._idle(key, applied, now), options=options)
+
+    def _attempt(self, root: str, tid: str, op: Callable[[], MaintenanceOp | None]
+                 ) -> MaintenanceOp | None:
+        """Run one operation; a failure is counted and logged, and the cycle goes on."""
+        try:
+            return op()
+        except (KuduError, OSError, ValueError) as e:
+            self.errors += 1
+            _log.warning("maintenance of tablet %s under %s failed: %s", tid, root, e)
+            return None
 
     def run_once(self) -> list[MaintenanceOp]:
         """One cycle; returns the operations it ran."""
@@ -167,18 +183,8 @@ class MaintenanceManager:
             for tid in tablets:
                 if len(done) >= self.max_ops:
                     break
-                key = (root, tid)
-                try:
-                    applied = read_applied(tablet_dir(root, tid))
-                    now = self._clock()
-                    op = maintain_replica(root, tid, self.policy,
-                                          history_mark=self._mark(key, applied, now),
-                                          flush=self._idle(key, applied, now),
-                                          options=options)
-                except (KuduError, OSError, ValueError) as e:
-                    self.errors += 1
-                    _log.warning("maintenance of tablet %s under %s failed: %s", tid, root, e)
-                    continue
+                op = self._attempt(root, tid, functools.partial(
+                    self._next_op, root, tid, options))
                 if op is not None:
                     done.append(op)
         self.ops = (self.ops + done)[-100:]
