@@ -59,7 +59,14 @@ from pyspark.sql.types import (
 from pyspark_kudu.partitioning import HashDimension, PartitionSchema, RangePartition
 from pyspark_kudu.schema import Predicate
 from pyspark_kudu.spark.api.context import KuduContext
-from pyspark_kudu.testing.benchdata import commit_id, five_columns, keyed_schema
+from pyspark_kudu.testing.benchdata import (
+    commit_id,
+    delta_copy,
+    delta_merge,
+    five_columns,
+    keyed_schema,
+    upsert_rows,
+)
 from pyspark_kudu.testing.standalone_cluster import StandaloneCluster, cluster_session
 
 REPO = Path(__file__).resolve().parents[1]
@@ -331,31 +338,16 @@ def _simple_table(spark: SparkSession, kudu: KuduContext, n: int, parts: int,
 def _small_upserts(spark: SparkSession, table: str, parquet: Path, n: int,
                    args: argparse.Namespace, base: Path, mem: MemorySampler) -> dict[str, Any]:
     """1-row and 10,000-row upserts vs a deltalake MERGE of the same rows."""
-    import pyarrow as pa
-    from deltalake import DeltaTable, convert_to_deltalake
-
-    delta = base / f"delta-{n}"
-    shutil.copytree(parquet, delta, copy_function=os.link,
-                    ignore=shutil.ignore_patterns("_SUCCESS", ".*"))
-    convert_to_deltalake(str(delta))
+    delta = delta_copy(parquet, base / f"delta-{n}")
     out: dict[str, Any] = {}
     for size in (1, 10_000):
         k_times, d_times = [], []
         for rep in range(args.repeats):
-            lo = (rep * 1_000_003) % max(1, n - size)
-            rows = [(i, i * 3 + rep, float(i % 1000), f"upserted-{rep}-{i}", i % 2 == 0)
-                    for i in range(lo, lo + size)]
+            rows = upsert_rows((rep * 1_000_003) % max(1, n - size), size, rep)
             df = spark.createDataFrame(rows, keyed_schema(five_columns(spark, 1, 1)))
             with mem.phase(f"upsert_{size}_rows"):
                 k_times.append(_kudu_write(df, table, "upsert"))
-            src = pa.table({"id": [r[0] for r in rows], "a": [r[1] for r in rows],
-                            "b": [r[2] for r in rows], "c": [r[3] for r in rows],
-                            "d": [r[4] for r in rows]})
-            t0 = time.perf_counter()
-            (DeltaTable(str(delta)).merge(src, "t.id = s.id", source_alias="s",
-                                          target_alias="t")
-             .when_matched_update_all().when_not_matched_insert_all().execute())
-            d_times.append(time.perf_counter() - t0)
+            d_times.append(delta_merge(delta, rows))
         out[f"upsert_{size}_p50_s"] = statistics.median(k_times)
         out[f"delta_merge_{size}_p50_s"] = statistics.median(d_times)
         out[f"upsert_{size}_vs_delta"] = out[f"upsert_{size}_p50_s"] / out[

@@ -1,19 +1,24 @@
-"""What the benchmarks share: the 5-column input they write, its key schema, and the commit
-id their results record.
+"""What the benchmarks share: the 5-column input they write, its key schema, the rows their
+small upserts write, the ``deltalake`` MERGE they are compared with, and the commit id their
+results record.
 
 Thread-safety: functions only.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
+import time
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
-__all__ = ["commit_id", "five_columns", "keyed_schema"]
+__all__ = ["commit_id", "delta_copy", "delta_merge", "five_columns", "keyed_schema",
+           "upsert_rows"]
 
 
 def five_columns(spark: SparkSession, n: int, parts: int) -> DataFrame:
@@ -39,3 +44,34 @@ def commit_id(repo: Path) -> str:
                               cwd=repo, check=False).stdout.strip()
     except OSError:
         return ""
+
+
+def upsert_rows(lo: int, size: int, tag: int) -> list[tuple[int, int, float, str, bool]]:
+    """``size`` rows of :func:`five_columns`' shape with keys ``lo..lo+size-1`` and values
+    that differ per ``tag`` (each repetition of a benchmark's upsert changes the rows)."""
+    return [(i, i * 3 + tag, float(i % 1000), f"upserted-{tag}-{i}", i % 2 == 0)
+            for i in range(lo, lo + size)]
+
+
+def delta_copy(parquet: Path, dest: Path) -> Path:
+    """A Delta table at ``dest`` holding ``parquet``'s rows (files hard-linked)."""
+    from deltalake import convert_to_deltalake
+
+    shutil.copytree(parquet, dest, copy_function=os.link,
+                    ignore=shutil.ignore_patterns("_SUCCESS", ".*"))
+    convert_to_deltalake(str(dest))
+    return dest
+
+
+def delta_merge(delta: Path, rows: list[tuple[int, int, float, str, bool]]) -> float:
+    """Seconds a ``deltalake`` MERGE (update matched, insert the rest) of ``rows`` into the
+    Delta table at ``delta`` takes, in this process."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    names = ("id", "a", "b", "c", "d")
+    src = pa.table({n: [r[k] for r in rows] for k, n in enumerate(names)})
+    t0 = time.perf_counter()
+    (DeltaTable(str(delta)).merge(src, "t.id = s.id", source_alias="s", target_alias="t")
+     .when_matched_update_all().when_not_matched_insert_all().execute())
+    return time.perf_counter() - t0

@@ -100,7 +100,9 @@ def test_progress_reports_every_committed_batch_and_rows_never_reach_the_driver_
                       partitioning=PartitionSchema((HashDimension(("id",), 3),)))
     seen: list[WriteProgress] = []
     df = spark.createDataFrame([(i, "x" * 20) for i in range(500)], STRUCT).repartition(2)
-    summary = kudu.write(df, "g", "insert", progress=seen.append, batch_rows=50)
+    # The staged path (a small write would carry its batches in the entries, on purpose).
+    summary = kudu.write(df, "g", "insert", progress=seen.append, batch_rows=50,
+                         small_write_bytes=0)
     assert summary.rows_written == 500
     assert seen[-1].rows_done == seen[-1].rows_total == 500
     assert seen[-1].batches_done == seen[-1].batches_total >= 10  # 500 rows, <= 50 per batch

@@ -18,7 +18,8 @@ Where each piece runs (DESIGN §4) and what it does:
 - **Writes**: each writer task (an executor) routes its Arrow batches to tablets and stages
   them as encoded write batches on its host
   (:func:`~pyspark_kudu.spark.host.dataplane.stage_batches`), returning small refs in its
-  commit message. ``commit()`` runs in *another* Python worker on the driver host and hands
+  commit message (or, when its batches total at most ``kudu.smallWriteBytes``, the
+  batches themselves: the small-write path, one round without a shuffle). ``commit()`` runs in *another* Python worker on the driver host and hands
   the refs to the session service, which replicates them through the context's leaders
   (one round per tablet, majority-committed) and removes the staging. ``abort()`` only
   removes the staging: nothing staged is visible before it is committed. A failing task
@@ -100,7 +101,7 @@ from pyspark_kudu.spark.api.source_options import (
     translate_filters,
     warn_repartition,
 )
-from pyspark_kudu.spark.host.dataplane import StagedRef, stage_batches
+from pyspark_kudu.spark.host.dataplane import INLINE_MAGIC, StagedRef, stage_batches
 from pyspark_kudu.spark.host.identity import current_host, local_data_root
 from pyspark_kudu.spark.host.replica_reader import ReplicaChoice, TabletScan, read_tablet
 from pyspark_kudu.spark.replication.session_client import SessionAddress, SessionClient, TableInfo
@@ -250,12 +251,14 @@ class _WritePlan:
     ignore_null: bool
     batch_size: int
     staging_root: str | None
+    small_write_bytes: int
     write_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     @classmethod
     def of(cls, address: SessionAddress, info: TableInfo, opts: WriteOptions) -> _WritePlan:
         return cls(address, opts.table, info.schema, dict(info.partition_schema),
-                   opts.operation, opts.ignore_null, opts.batch_size, info.staging_root)
+                   opts.operation, opts.ignore_null, opts.batch_size, info.staging_root,
+                   opts.small_write_bytes)
 
 
 @dataclass
@@ -319,14 +322,19 @@ class _StagingWriter:
         bad: list[str] = []
         rows = 0
 
+        inline_left = p.small_write_bytes  # one budget for the task's inline batches
+
         def collect(out: Iterator[pa.RecordBatch]) -> None:
+            nonlocal inline_left
             for rb in out:
-                refs.extend(r for r in rb.column(0).to_pylist() if r is not None)
+                got = [r for r in rb.column(0).to_pylist() if r is not None]
+                inline_left -= sum(len(r) for r in got if r.startswith(INLINE_MAGIC))
+                refs.extend(got)
                 bad.extend(b for b in rb.column(1).to_pylist() if b is not None)
 
         def stage(parts: Iterator[pa.RecordBatch]) -> None:
             collect(stage_batches(p.schema, partitioner, p.operation, wid, p.staging_root,
-                                  p.batch_size)(parts))
+                                  p.batch_size, max(0, inline_left))(parts))
 
         def counted(it: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             nonlocal rows

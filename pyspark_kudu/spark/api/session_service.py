@@ -88,7 +88,7 @@ import pyarrow as pa
 
 from pyspark_kudu.errors import InvalidArgumentError, KuduError, RowWriteError
 from pyspark_kudu.fileio import FileIO
-from pyspark_kudu.spark.host.dataplane import StagedRef
+from pyspark_kudu.spark.host.dataplane import Staged, StagedRef, decode_staged
 from pyspark_kudu.spark.replication.session_client import (
     SessionAddress,
     TableInfo,
@@ -122,7 +122,7 @@ class SessionBackend(Protocol):
 
     def describe(self, table: str) -> TableInfo: ...
 
-    def commit_staged(self, table: str, staged: Sequence[StagedRef],
+    def commit_staged(self, table: str, staged: Sequence[Staged],
                       bad_rows: Sequence[str] = (), *, forwarded: bool = False
                       ) -> WriteSummary: ...
 
@@ -268,11 +268,17 @@ class SessionService:
     def describe(self, table: str) -> TableInfo:
         return self._kudu.describe(table)
 
-    def commit(self, table: str, refs: Sequence[StagedRef], bad_rows: Sequence[str],
+    def commit(self, table: str, refs: Sequence[Staged], bad_rows: Sequence[str],
                write_ids: Sequence[str]) -> WriteSummary:
         try:
             return self._kudu.commit_staged(table, refs, bad_rows)
         finally:
+            self._discard(refs, write_ids)
+
+    def _discard(self, refs: Sequence[Staged], write_ids: Sequence[str]) -> None:
+        """Remove a committed or replayed write's staging, if it staged any file (a write
+        whose batches all came inline did not: no cleanup job)."""
+        if any(isinstance(r, StagedRef) for r in refs):
             self.abort(write_ids)
 
     def abort(self, write_ids: Sequence[str]) -> None:
@@ -280,7 +286,7 @@ class SessionService:
             self._kudu.discard_staged(wid)
 
     def commit_stream(self, table: str, stream_id: str, batch_id: int,
-                      refs: Sequence[StagedRef], bad_rows: Sequence[str],
+                      refs: Sequence[Staged], bad_rows: Sequence[str],
                       write_ids: Sequence[str]) -> WriteSummary | None:
         """Commit micro-batch ``batch_id`` of ``stream_id`` unless already recorded."""
         with self._stream_lock(table, stream_id):
@@ -289,7 +295,7 @@ class SessionService:
                 _log.info("stream %s of table %s: batch %d already committed (last %d); "
                           "acknowledging the replay without writing", stream_id, table,
                           batch_id, last)
-                self.abort(write_ids)
+                self._discard(refs, write_ids)
                 return None
             try:
                 summary = self.commit(table, refs, bad_rows, write_ids)
@@ -304,12 +310,13 @@ class SessionService:
             return self._stream_locks.setdefault((table, stream_id), threading.Lock())
 
 
-def _refs(body: Mapping[str, Any]) -> list[StagedRef]:
+def _refs(body: Mapping[str, Any]) -> list[Staged]:
     out = []
     for text in body.get("refs") or []:
-        ref = StagedRef.decode(base64.b64decode(text))
+        ref = decode_staged(base64.b64decode(text))
         if ref is None:
-            raise InvalidArgumentError("commit carries a value that is not a staged-batch ref")
+            raise InvalidArgumentError(
+                "commit carries a value that is neither a staged-batch ref nor an inline batch")
         out.append(ref)
     return out
 

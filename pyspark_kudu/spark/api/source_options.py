@@ -16,6 +16,11 @@ Decisions (DESIGN §6: names and defaults follow kudu-spark):
 - ``kudu.operation`` (default ``upsert``); ``kudu.ignoreDuplicateRowErrors=true`` turns
   ``insert`` into ``insert_ignore`` (kudu-spark's deprecated spelling of the same thing).
 - ``kudu.batchSize``: rows per staged write batch (default 65536) and rows per scan batch.
+- ``kudu.smallWriteBytes`` (beyond kudu-spark): a writer task whose encoded batches total at
+  most this many bytes (default 1 MiB, ``0``: never) hands them to the commit inline instead
+  of staging files, and they travel inside the Raft entries of one round, with no shuffle
+  stage (the small-write path, docs/design.md §3.1). The driver then carries at most this
+  many bytes per writer task.
 - ``kudu.repartition`` (default ``false``) and ``kudu.repartition.sort`` (default ``true``,
   used only with ``kudu.repartition=true``), as in kudu-spark: shuffle the rows so that each
   write task holds one tablet's rows, sorted by primary key
@@ -90,6 +95,7 @@ from pyspark.sql.types import StructType
 from pyspark_kudu.errors import InvalidArgumentError, NotSupportedError
 from pyspark_kudu.master.client import parse_master_addresses
 from pyspark_kudu.schema import Predicate, PredicateOp, Schema
+from pyspark_kudu.spark.host.dataplane import SMALL_WRITE_BYTES
 from pyspark_kudu.tablet import OpType
 
 __all__ = [
@@ -130,6 +136,7 @@ _KNOWN = (
     # writes
     "kudu.operation", "kudu.ignoreNull", "kudu.ignoreDuplicateRowErrors", "kudu.batchSize",
     "kudu.repartition", "kudu.repartition.sort", "kudu.handleSchemaDrift", "kudu.streamId",
+    "kudu.smallWriteBytes",
     # reads
     "kudu.scanLocality", "kudu.snapshotIndex", "kudu.snapshotTimestampMicros",
     "kudu.faultTolerantScan", "kudu.splitSizeBytes", "kudu.readMode",
@@ -152,6 +159,7 @@ class WriteOptions:
     repartition_sort: bool = True
     handle_schema_drift: bool = False
     stream_id: str | None = None
+    small_write_bytes: int = SMALL_WRITE_BYTES
 
 
 @dataclass(frozen=True)
@@ -243,6 +251,8 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
                   _get(options, "kudu.ignoreDuplicateRowErrors")) and op is OpType.INSERT:
         op = OpType.INSERT_IGNORE
     batch = _parse_int("kudu.batchSize", _get(options, "kudu.batchSize"), minimum=1)
+    small = _parse_int("kudu.smallWriteBytes", _get(options, "kudu.smallWriteBytes"),
+                       minimum=0)
     stream_id = _get(options, "kudu.streamId")
     return WriteOptions(
         table=table, operation=op, master=_master(options),
@@ -254,6 +264,7 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         handle_schema_drift=parse_bool("kudu.handleSchemaDrift",
                                        _get(options, "kudu.handleSchemaDrift")),
         stream_id=None if stream_id is None else stream_id_option(stream_id),
+        small_write_bytes=SMALL_WRITE_BYTES if small is None else small,
     )
 
 

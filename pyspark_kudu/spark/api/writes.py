@@ -38,8 +38,11 @@ from pyspark_kudu.master.records import TabletReport
 from pyspark_kudu.partitioning import Partitioner, PartitionSchema
 from pyspark_kudu.spark.api.source_options import OPERATIONS, check_write_columns
 from pyspark_kudu.spark.host.dataplane import (
+    SMALL_WRITE_BYTES,
+    Staged,
     StagedRef,
     StagingJanitor,
+    decode_staged,
     stage_batches,
     staging_schema,
 )
@@ -65,6 +68,7 @@ __all__ = ["WritePath"]
 _log = logging.getLogger(__name__)
 
 _MAX_BATCH_ROWS = 65536
+_SMALL_WRITE_TOTAL = 64 << 20  # bytes a small write may carry through the driver, in all
 
 
 _MAY_FAIL_PER_ROW = (int(OpType.INSERT), int(OpType.UPDATE), int(OpType.DELETE))
@@ -86,7 +90,7 @@ class _Tally:
     def fail(self, e: KuduError) -> None:
         self.failure = self.failure or e
 
-    def own_done(self, tid: str, outcome: WriteOutcome, refs: Sequence[StagedRef]) -> None:
+    def own_done(self, tid: str, outcome: WriteOutcome, refs: Sequence[Staged]) -> None:
         for (_, _, result), ref in zip(outcome, refs, strict=True):
             if result is None:
                 self.written += ref.rows
@@ -98,7 +102,7 @@ class _Tally:
             self.batches_done += 1
         self._report()
 
-    def remote_done(self, tids: Sequence[str], refs: dict[str, list[StagedRef]],
+    def remote_done(self, tids: Sequence[str], refs: dict[str, list[Staged]],
                     written: int, errors: Sequence[tuple[str, dict[str, object], str, str]]
                     ) -> None:
         self.written += written
@@ -155,13 +159,18 @@ class WritePath:
     def write(self, df: DataFrame, table: str, operation: str = "upsert", *,
               progress: Callable[[WriteProgress], None] | None = None,
               batch_rows: int = _MAX_BATCH_ROWS, repartition: bool = False,
-              repartition_sort: bool = True) -> WriteSummary:
+              repartition_sort: bool = True,
+              small_write_bytes: int = SMALL_WRITE_BYTES) -> WriteSummary:
         """Write ``df``'s rows to ``table`` with Kudu's ``operation``; returns once every
         batch is committed on a majority of its tablet's replicas.
 
         The rows are routed and encoded on the executors that hold them and shuffled to the
         replicas' hosts (:mod:`~pyspark_kudu.spark.host.dataplane`); only small refs reach the
-        driver. ``progress`` is called as tablets' batches commit.
+        driver. A small write (a staging task's encoded batches total at most
+        ``small_write_bytes``, and the whole write at most ``_SMALL_WRITE_TOTAL``) skips the
+        shuffle: its batches travel inside the Raft entries of one replication round.
+        ``small_write_bytes=0`` always stages and shuffles. ``progress`` is called as
+        tablets' batches commit.
 
         ``repartition=True`` (kudu-spark's ``kudu.repartition``) first shuffles the rows so
         that each staging task holds one tablet's rows, sorted by primary key unless
@@ -181,6 +190,9 @@ class WritePath:
                 f"Unsupported operation type {operation!r}: use one of {sorted(OPERATIONS)}")
         if batch_rows < 1:
             raise InvalidArgumentError(f"batch_rows must be >= 1, got {batch_rows}")
+        if small_write_bytes < 0:
+            raise InvalidArgumentError(
+                f"small_write_bytes must be >= 0, got {small_write_bytes}")
         locs = self.master.get_table(table)
         schema = locs.table.schema
         check_write_columns(df.columns, schema, table, struct=df.schema)
@@ -194,9 +206,13 @@ class WritePath:
 
             df = repartition_by_tablet(df, partitioner,
                                        schema.primary_key if repartition_sort else ())
+        if small_write_bytes:  # the driver carries at most _SMALL_WRITE_TOTAL inline
+            tasks = max(1, df._jdf.rdd().getNumPartitions())
+            small_write_bytes = min(small_write_bytes, _SMALL_WRITE_TOTAL // tasks)
         try:
             staged = df.mapInArrow(
-                stage_batches(schema, partitioner, op, write_id, staging_root, batch_rows),
+                stage_batches(schema, partitioner, op, write_id, staging_root, batch_rows,
+                              small_write_bytes),
                 staging_schema()).collect()
         except Exception as e:  # the staging job failed: nothing was proposed
             self._janitor.remove(write_id)
@@ -205,28 +221,29 @@ class WritePath:
                 raise InvalidArgumentError(
                     f"table {table}: {cause.removeprefix('InvalidArgumentError: ')}") from None
             raise
-        refs = [StagedRef.decode(bytes(r["ref"])) for r in staged if r["ref"] is not None]
+        refs = [decode_staged(bytes(r["ref"])) for r in staged if r["ref"] is not None]
         bad = [str(r["bad_row"]) for r in staged if r["bad_row"] is not None]
         try:
             return self.commit_staged(table, [r for r in refs if r is not None], bad,
                                       progress=progress, locations=locs)
         finally:
-            self.discard_staged(write_id)
+            if any(isinstance(r, StagedRef) for r in refs):
+                self.discard_staged(write_id)  # an all-inline write staged no file
 
     def discard_staged(self, write_id: str) -> None:
         """Remove a write's staged batches on every host (in the background)."""
         self._janitor.remove(write_id)
 
-    def commit_staged(self, table: str, staged: Sequence[StagedRef],
+    def commit_staged(self, table: str, staged: Sequence[Staged],
                       bad_rows: Sequence[str] = (), *,
                       progress: Callable[[WriteProgress], None] | None = None,
                       locations: TableLocations | None = None,
                       forwarded: bool = False) -> WriteSummary:
         """Replicate batches staged by :func:`~pyspark_kudu.spark.host.dataplane.stage_batches`
-        (by :meth:`write`, or by the ``kudu`` data source's writer tasks); returns once all
-        are committed. ``bad_rows`` are the JSON rows staging found in no range partition,
-        reported as per-row ``NotFound`` errors. The caller removes the staging afterwards
-        (:meth:`discard_staged`).
+        (by :meth:`write`, or by the ``kudu`` data source's writer tasks): staged refs, or
+        small batches inline; returns once all are committed. ``bad_rows`` are the JSON
+        rows staging found in no range partition, reported as per-row ``NotFound`` errors.
+        The caller removes the staging afterwards (:meth:`discard_staged`).
 
         Tablets another client leads are forwarded to it (``lead_commit``); a forward that
         could not be delivered, or reached a client that no longer leads, is routed again
@@ -237,11 +254,12 @@ class WritePath:
         tally = _Tally(progress)
         tally.errors.extend(("", json.loads(row), "NotFound", "row is in no range partition")
                             for row in bad_rows)
-        refs: dict[int, list[StagedRef]] = {}
+        refs: dict[int, list[Staged]] = {}
         for ref in staged:
             if not 0 <= ref.tablet < len(locs.tablets):
+                what = ref.path if isinstance(ref, StagedRef) else f"of {ref.rows} rows"
                 raise InvalidArgumentError(
-                    f"table {table}: staged batch {ref.path} names tablet {ref.tablet}, the "
+                    f"table {table}: staged batch {what} names tablet {ref.tablet}, the "
                     f"table has {len(locs.tablets)}; was it staged for another table?")
             refs.setdefault(ref.tablet, []).append(ref)
         tally.rows_total = sum(r.rows for rs in refs.values() for r in rs)
@@ -295,16 +313,16 @@ class WritePath:
                 tally.written)
         return summary
 
-    def _commit_own(self, table: str, refs: dict[str, list[StagedRef]],
+    def _commit_own(self, table: str, refs: dict[str, list[Staged]],
                     leaders: dict[str, TabletLeader], tally: _Tally) -> None:
         """Replicate the batches of tablets this client leads, into ``tally``."""
         if not refs:
             return
-        futures: dict[Future[WriteOutcome], tuple[str, list[StagedRef]]] = {}
+        futures: dict[Future[WriteOutcome], tuple[str, list[Staged]]] = {}
         for tid, batch_refs in refs.items():
             # Only insert, update and delete can fail per row; the others return once
             # committed, without waiting a round for the replicas' per-row results.
-            fut = self._service.submit(leaders[tid], [r.encode() for r in batch_refs],
+            fut = self._service.submit(leaders[tid], [r.entry_data() for r in batch_refs],
                                        want_results=any(r.op in _MAY_FAIL_PER_ROW
                                                         for r in batch_refs))
             futures[fut] = (tid, batch_refs)

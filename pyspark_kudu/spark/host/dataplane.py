@@ -2,13 +2,16 @@
 
 DESIGN §3 step 1-2: a write's rows are routed to tablets and encoded **once, on the executors
 that hold them**, and every replica's host receives each batch through a Spark shuffle. Rows
-never pass through the driver. The pieces:
+never pass through the driver, except a small write's (below a size threshold, inline
+batches). The pieces:
 
 1. **Staging** (:func:`stage_batches`, run by ``mapInArrow`` where the DataFrame's partitions
    are): rows are routed to tablets and each tablet's rows are encoded as write batches of at
    most ``max_rows`` rows, written to ``<data root>/staging/<write id>/`` on that host. The
    task returns one small :class:`StagedRef` per batch (host, path, size, CRC32C, rows,
-   operation).
+   operation). A task whose batches total at most ``small_write_bytes`` returns them
+   inline instead (:class:`InlineBatch`, the small-write path): they travel inside their
+   Raft entries and need neither step 3's shuffle nor step 4's cleanup.
 2. **Proposal**: the driver proposes each ref as the *data of a Raft entry*. The leader's log
    in the driver therefore holds refs of a few hundred bytes, not rows.
 3. **Delivery** (``SparkTransport._run_with_data`` in
@@ -57,11 +60,16 @@ from pyspark_kudu.spark.host.identity import current_host, local_data_root
 from pyspark_kudu.tablet import OpType, encode_write_batch
 
 __all__ = [
+    "INLINE_MAGIC",
     "REF_MAGIC",
+    "SMALL_WRITE_BYTES",
     "STAGING_DIR",
+    "InlineBatch",
+    "Staged",
     "StagedRef",
     "StagingJanitor",
     "contains_ref",
+    "decode_staged",
     "read_staged",
     "refs_in",
     "remove_staging",
@@ -104,6 +112,56 @@ class StagedRef:
         return StagedRef(str(host), str(root), str(path), int(size), int(crc), int(rows),
                          int(tablet), int(op))
 
+    def entry_data(self) -> bytes:
+        """What the batch's Raft entry carries until the round delivers it: the ref."""
+        return self.encode()
+
+
+INLINE_MAGIC = b"\x00KINL1"
+SMALL_WRITE_BYTES = 1 << 20
+"""Default of ``small_write_bytes``: a staging task whose encoded batches total at most
+this many bytes returns them inline (see :class:`InlineBatch`); measured in
+``benchmarks/replication.py``."""
+
+
+@dataclass(frozen=True)
+class InlineBatch:
+    """An encoded write batch small enough to travel inside its Raft entry (the small-write
+    path, docs/design.md §3.1): staging returns it to the driver instead of writing a file,
+    and the round carries it to every replica in the entry's data, with no shuffle stage.
+    The replicas' logs receive exactly what a staged batch would have delivered."""
+
+    data: bytes  # the encoded write batch: the entry's data
+    rows: int
+    tablet: int
+    op: int
+
+    def encode(self) -> bytes:
+        head = json.dumps([self.rows, self.tablet, self.op]).encode()
+        return INLINE_MAGIC + len(head).to_bytes(4, "big") + head + self.data
+
+    @staticmethod
+    def decode(data: bytes) -> InlineBatch | None:
+        if not data.startswith(INLINE_MAGIC):
+            return None
+        start = len(INLINE_MAGIC) + 4
+        end = start + int.from_bytes(data[len(INLINE_MAGIC):start], "big")
+        rows, tablet, op = json.loads(data[start:end])
+        return InlineBatch(bytes(data[end:]), int(rows), int(tablet), int(op))
+
+    def entry_data(self) -> bytes:
+        """What the batch's Raft entry carries: the batch itself."""
+        return self.data
+
+
+Staged = StagedRef | InlineBatch
+"""What a staging task returns per write batch: a ref to a staged file, or the batch."""
+
+
+def decode_staged(data: bytes) -> Staged | None:
+    """The staged ref or inline batch in ``data`` (a staging task's output), or None."""
+    return StagedRef.decode(data) or InlineBatch.decode(data)
+
 
 def staging_schema() -> str:
     """The row type ``stage_batches`` yields (a Spark DDL string)."""
@@ -111,36 +169,58 @@ def staging_schema() -> str:
 
 
 def stage_batches(schema: Schema, partitioner: Partitioner, op: OpType, write_id: str,
-                  root: str | None, max_rows: int
+                  root: str | None, max_rows: int, small_write_bytes: int = 0
                   ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function of the staging job (see module docstring, step 1).
 
-    Each output row is either an encoded :class:`StagedRef` (``ref``) or, for a row no range
-    partition covers, that row as JSON (``bad_row``): Kudu reports those per row.
+    Each output row is either an encoded :class:`StagedRef` or :class:`InlineBatch`
+    (``ref``) or, for a row no range partition covers, that row as JSON (``bad_row``): Kudu
+    reports those per row. A task whose encoded batches total at most ``small_write_bytes``
+    returns them all inline and writes no file; once its batches pass that size, it stages
+    every batch (held ones too) as a file, so a large write's rows never go through the
+    driver. ``small_write_bytes=0`` always stages.
+
     Encoding validates the rows (types, nulls, key columns) and raises
     :class:`InvalidArgumentError` naming the problem, which fails the job before anything
     is proposed.
     """
     out_schema = pa.schema([pa.field("ref", pa.binary()), pa.field("bad_row", pa.string())])
 
+    def one(ref: bytes) -> pa.RecordBatch:
+        return pa.RecordBatch.from_arrays(
+            [pa.array([ref], pa.binary()), pa.array([None], pa.string())], schema=out_schema)
+
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         data_root = local_data_root(root)
         host = current_host()
         pending: dict[int, list[pa.Table]] = {}
         counts: dict[int, int] = {}
+        held: list[InlineBatch] = []  # while this task's output may still go inline
+        held_bytes = 0
+        inline = small_write_bytes > 0
 
-        def flush(pidx: int, rows: pa.Table) -> pa.RecordBatch:
-            enc = encode_write_batch(schema, op, rows)
+        def to_file(b: InlineBatch) -> pa.RecordBatch:
             rel = os.path.join(STAGING_DIR, write_id, f"{uuid.uuid4().hex}.bin")
             full = os.path.join(data_root, rel)
             make_private_dirs(os.path.dirname(full))
             with open_private(full, "wb") as f:
-                f.write(enc)
-            ref = StagedRef(host, data_root, rel, len(enc), google_crc32c.value(enc),
-                            rows.num_rows, pidx, int(op))
-            return pa.RecordBatch.from_arrays(
-                [pa.array([ref.encode()], pa.binary()), pa.array([None], pa.string())],
-                schema=out_schema)
+                f.write(b.data)
+            return one(StagedRef(host, data_root, rel, len(b.data),
+                                 google_crc32c.value(b.data), b.rows, b.tablet, b.op).encode())
+
+        def flush(pidx: int, rows: pa.Table) -> Iterator[pa.RecordBatch]:
+            nonlocal held_bytes, inline
+            b = InlineBatch(encode_write_batch(schema, op, rows), rows.num_rows, pidx, int(op))
+            if inline and held_bytes + len(b.data) <= small_write_bytes:
+                held.append(b)
+                held_bytes += len(b.data)
+                return
+            if inline:  # too large for the small-write path after all
+                inline = False
+                for h in held:
+                    yield to_file(h)
+                held.clear()
+            yield to_file(b)
 
         for batch in batches:
             if batch.num_rows == 0:
@@ -158,13 +238,15 @@ def stage_batches(schema: Schema, partitioner: Partitioner, op: OpType, write_id
                     table = pa.concat_tables(pending.pop(pidx))
                     full_batches = table.num_rows // max_rows * max_rows
                     for off in range(0, full_batches, max_rows):
-                        yield flush(pidx, table.slice(off, max_rows))
+                        yield from flush(pidx, table.slice(off, max_rows))
                     rest = table.slice(full_batches)
                     counts[pidx] = rest.num_rows
                     pending[pidx] = [rest] if rest.num_rows else []
         for pidx in sorted(pending):
             if counts.get(pidx):
-                yield flush(pidx, pa.concat_tables(pending[pidx]))
+                yield from flush(pidx, pa.concat_tables(pending[pidx]))
+        for h in held:
+            yield one(h.encode())
 
     return run
 

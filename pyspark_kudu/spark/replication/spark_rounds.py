@@ -149,6 +149,7 @@ class SparkTransport:
         self.probe_timeout_s = min(10.0, round_timeout_s)
         self.suspect_s = DEFAULT_SUSPECT_S
         self.rounds = 0
+        self.data_rounds = 0  # rounds that shuffled staged batches (two stages)
         self.failed_rounds = 0
         self.timed_out_rounds = 0
         self.lost_executor_rounds = 0
@@ -200,6 +201,7 @@ class SparkTransport:
                 self._watch(group, sorted(by_host), done, timed_out, lost)
                 refs = self._refs_by_source(requests, [h for h, _ in sorted(by_host.items())])
                 if refs:
+                    self.data_rounds += 1
                     collected = self._run_with_data(tasks, refs)
                 else:
                     collected = (pinned_rdd(self._sc, tasks).barrier()
