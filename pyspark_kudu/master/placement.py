@@ -1,28 +1,42 @@
 """Replica placement for tablet creation and re-replication, and the policy check.
 
 Seed: kudu-location-awareness ("Placement policies", "Tablet Creation", "Re-replication"),
-generalised with hierarchical locations and KIP-708 / Elasticsearch awareness keys.
+as Kudu's ``PlacementPolicy`` now does it (least-loaded location with an overflow group,
+newer than the seed's power of two choices between locations), generalised with
+hierarchical locations and KIP-708 / Elasticsearch awareness keys.
 
 The policy, for every tablet of replication factor *r*:
 
 * A tablet server never hosts two replicas of one tablet, and a table's replicas only go
   to live servers its :class:`~.topology.TableConstraint` allows (seed use cases 3, 4).
-* Location groups: with more than 2 groups no group holds a majority (at most
-  ``max(1, r // 2)`` replicas); with 2 groups at most ``r // 2 + 1`` in one; with 1 group no
-  limit. Hierarchical locations (``/dc/rack``) apply this at every level, top level first.
+* Location groups (:func:`max_replicas_per_group`): with more than 2 groups losing any one
+  group must leave a majority, so one holds at most ``(r - 1) // 2`` -- ``r // 2`` for an
+  odd *r*, ``r / 2 - 1`` for an even one, where half is already a violation (Kudu) -- and
+  never fewer than 1; with 2 groups at most ``r // 2 + 1``; with 1 group no limit.
+  Hierarchical locations (``/dc/rack``) apply this at every level, top level first.
   Groups are counted among all known servers the table may use, live or not, so a lost
   rack does not relax the policy.
+* Location choice, one replica at a time (Kudu's ``SelectLocation``): the *least-loaded*
+  eligible location, load being replicas per live server the table may use (reported or
+  derived live replicas + recent creations + this placer's own placements, so the
+  tablet's replicas placed so far count). A location is in Kudu's overflow group when one
+  more replica would give one of its groups a majority (half, for an even *r*) among more
+  than 2 groups, or more than half among 2 (:func:`overflow_threshold`); it is eligible
+  only when nothing else fits, and then the choice that breaks the policy least, top
+  level first, wins (Kudu, without levels, takes any overflow location). Ties are
+  broken at random: of two tied locations drawn, the one where the table itself has fewer
+  replicas per server wins, so that one table's tablets spread too.
 * Best effort: the policy is violated only to keep full replication, and then by as little
-  as possible (Kudu's "overflow" locations). With ``PlacementConfig.forced`` (or a tag in
-  ``forced_values``) a replica is left missing instead (Elasticsearch forced awareness).
-* Spread: replicas differ in every awareness key where the topology allows (KIP-708
-  "absolute preferred"), else in as many keys as possible in precedence order ("partially
-  preferred"); remaining ties go to the least loaded choice ("least preferred"). Tag
-  dimensions are independent: ``zone=a`` under two clusters is the same zone. The keys
-  default to the location levels, top first, and the levels follow any explicit keys.
-* Load: among equally good choices, power of two choices (seed, "Tablet Creation"): first
-  between location classes by replicas per server, then between servers by Kudu's load
-  (live replicas + recent creations); the table's own replicas break ties.
+  as possible. With ``PlacementConfig.forced`` (or a tag in ``forced_values``) a replica
+  is left missing instead (Elasticsearch forced awareness).
+* Tags: awareness keys that are not location levels are spread before load: replicas
+  differ in every such key where the topology allows (KIP-708 "absolute preferred"), else
+  in as many keys as possible in precedence order ("partially preferred"); load decides
+  the rest ("least preferred"). Tag dimensions are independent: ``zone=a`` under two
+  clusters is the same zone. Location levels are left to the rules above.
+* Server choice: power of two choices (seed, "Tablet Creation") between the chosen
+  location's free servers, by Kudu's server load (live replicas + recent creations); the
+  table's own replicas break ties.
 
 Re-replication is the same algorithm for one replica given the existing ones.
 
@@ -33,6 +47,7 @@ consuming the injected ``random.Random``.
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
 from collections import Counter
@@ -40,7 +55,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from pyspark_kudu.errors import InvalidArgumentError, NotFoundError
-from pyspark_kudu.master.topology import ClusterSnapshot, Table, Tablet
+from pyspark_kudu.master.topology import NO_LOCATION, ClusterSnapshot, Table, Tablet
 
 __all__ = [
     "NOT_ENOUGH_TSERVERS",
@@ -48,6 +63,7 @@ __all__ = [
     "Violation",
     "find_violations",
     "max_replicas_per_group",
+    "overflow_threshold",
     "place_extra_replica",
     "place_tablets",
     "validate_replication_factor",
@@ -56,18 +72,34 @@ __all__ = [
 #: Kudu's text when no placement at all is possible.
 NOT_ENOUGH_TSERVERS = "not enough tablet servers to satisfy replica placement policy"
 
-# Below this many classes the exact scan is as cheap as sampling.
-_SAMPLING_MIN_CLASSES = 8
-_SAMPLING_TRIES = 12
-
 
 def max_replicas_per_group(rf: int, n_groups: int) -> int:
-    """Most replicas of an ``rf`` tablet one location group may hold among ``n_groups``."""
+    """Most replicas of an ``rf`` tablet one location group may hold among ``n_groups``
+    without a placement policy violation.
+
+    With more than 2 groups, losing one group must leave a majority (``rf // 2 + 1``), so
+    a group holds at most ``(rf - 1) // 2``: for an even ``rf`` half the replicas is
+    already a violation (Kudu's ksck and rebalancer). At least 1: for ``rf`` 1 or 2 no
+    layout survives the loss of a group, so one replica per group is the best there is.
+    """
     if n_groups <= 1:
         return rf
     if n_groups == 2:
         return rf // 2 + 1
-    return max(1, rf // 2)
+    return max(1, (rf - 1) // 2)
+
+
+def overflow_threshold(rf: int, n_groups: int) -> int:
+    """Replicas of an ``rf`` tablet a group may hold before it joins Kudu's overflow group.
+
+    Placement adds a replica to a group already holding this many only when no other
+    group fits (Kudu's ``SelectLocation``). With more than 2 groups that is the policy
+    limit; with 2 groups it is ``rf // 2``, one less, so that replicas split evenly (2 + 2
+    for 4, 2 + 1 for 3 rather than 3 + 1 or 3 + 0).
+    """
+    if n_groups == 2:
+        return max(1, rf // 2)
+    return max_replicas_per_group(rf, n_groups)
 
 
 def validate_replication_factor(
@@ -127,14 +159,20 @@ class Violation:
 
 
 class _Class:
-    """Live eligible servers that share every policy and awareness value."""
+    """Live eligible servers of one location that share every policy and awareness value."""
 
-    __slots__ = ("forced", "idx", "n", "pol", "servers", "spread", "vals")
+    __slots__ = ("forced", "idx", "loc", "n", "pol", "servers", "spread", "vals")
 
     def __init__(
-        self, idx: int, pol: tuple[int, ...], spread: tuple[int, ...], forced: tuple[int, ...]
+        self,
+        idx: int,
+        loc: int,
+        pol: tuple[int, ...],
+        spread: tuple[int, ...],
+        forced: tuple[int, ...],
     ) -> None:
         self.idx = idx
+        self.loc = loc
         self.servers: list[int] = []
         self.n = 0
         self.pol = pol
@@ -144,14 +182,20 @@ class _Class:
 
 
 class _Domain:
-    """Index of the servers one table may use (shared by tables with equal settings)."""
+    """Index of the servers one table may use (shared by tables with equal settings).
+
+    Locations are the leaf locations holding live servers the table may use, numbered in
+    ``loc_servers``; their loads (``loc_total`` / servers, also kept sorted in
+    ``by_load``) are updated through :meth:`add_load` as replicas are placed.
+    """
 
     def __init__(self, placer: Placer, table: Table) -> None:
         snap = placer.snapshot
         cfg = snap.config
         level_keys = snap.level_keys()
-        aware = snap.awareness_for(table)
-        spread_keys = aware + tuple(k for k in level_keys if k not in aware)
+        # Location levels are the policy's business (limits, overflow, load); only other
+        # awareness keys (tags) are spread ahead of load.
+        spread_keys = tuple(k for k in snap.awareness_for(table) if k not in level_keys)
         forced_keys = tuple(cfg.forced_values)
         self.forced_all = cfg.forced
         self.forced_sizes = tuple(len(cfg.forced_values[k]) for k in forced_keys)
@@ -173,21 +217,57 @@ class _Domain:
         self.n_groups = tuple(len({self.pol[i][d] for i in known}) for d in range(len(level_keys)))
         self.classes: list[_Class] = []
         self.class_of: dict[int, _Class] = {}
-        by_key: dict[tuple[tuple[int, ...], ...], _Class] = {}
-        for i in known:
-            if not snap.tservers[i].live:
-                continue
-            key = (self.pol[i], spread[i], forced[i])
+        self.loc_servers: list[list[int]] = []
+        self.loc_classes: list[list[_Class]] = []
+        self.val_classes: dict[int, list[_Class]] = {}
+        self._index_live(placer, [i for i in known if snap.tservers[i].live], spread, forced)
+        self.loc_total = [sum(placer.total[i] for i in srv) for srv in self.loc_servers]
+        self.loc_load = [t / len(srv) for t, srv in zip(self.loc_total, self.loc_servers,
+                                                        strict=True)]
+        # (load, location) in ascending order: the least-loaded location is found without
+        # scanning every location per replica.
+        self.by_load = sorted((load, k) for k, load in enumerate(self.loc_load))
+        self._limits: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+        self._overflow: dict[int, tuple[int, ...]] = {}
+        self._feasible: dict[int, bool] = {}
+
+    def _index_live(
+        self,
+        placer: Placer,
+        live: list[int],
+        spread: list[tuple[int, ...]],
+        forced: list[tuple[int, ...]],
+    ) -> None:
+        """Group the live eligible servers into locations and classes."""
+        loc_ids: dict[str, int] = {}
+        by_key: dict[tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]], _Class] = {}
+        for i in live:
+            name = placer.snapshot.tservers[i].location or NO_LOCATION
+            loc = loc_ids.get(name)
+            if loc is None:
+                loc = loc_ids[name] = len(self.loc_servers)
+                self.loc_servers.append([])
+                self.loc_classes.append([])
+            key = (loc, self.pol[i], spread[i], forced[i])
             cls = by_key.get(key)
             if cls is None:
-                cls = by_key[key] = _Class(len(self.classes), *key)
+                cls = by_key[key] = _Class(len(self.classes), loc, *key[1:])
                 self.classes.append(cls)
+                self.loc_classes[loc].append(cls)
+                for v in cls.vals:
+                    self.val_classes.setdefault(v, []).append(cls)
             cls.servers.append(i)
             cls.n += 1
             self.class_of[i] = cls
-        self.class_total = [sum(placer.total[i] for i in c.servers) for c in self.classes]
-        self._limits: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
-        self._feasible: dict[int, bool] = {}
+            self.loc_servers[loc].append(i)
+
+    def add_load(self, k: int, delta: float) -> None:
+        """Account for ``delta`` more replicas in location ``k``."""
+        by_load = self.by_load
+        del by_load[bisect.bisect_left(by_load, (self.loc_load[k], k))]
+        self.loc_total[k] += delta
+        self.loc_load[k] = self.loc_total[k] / len(self.loc_servers[k])
+        bisect.insort(by_load, (self.loc_load[k], k))
 
     def limits(self, rf: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """Per-level group limits and per-forced-key value caps for ``rf``."""
@@ -198,6 +278,33 @@ class _Domain:
                 tuple(math.ceil(rf / s) if s else rf for s in self.forced_sizes),
             )
         return got
+
+    def overflow(self, rf: int) -> tuple[int, ...]:
+        """Per-level overflow thresholds for ``rf``."""
+        got = self._overflow.get(rf)
+        if got is None:
+            got = self._overflow[rf] = tuple(overflow_threshold(rf, g) for g in self.n_groups)
+        return got
+
+    def touched(
+        self, counts: dict[int, int], present: Sequence[int]
+    ) -> tuple[dict[int, _Class], dict[int, int]]:
+        """Classes sharing a value with the present replicas or holding one of them, and
+        how many present replicas each class holds.
+
+        Every other class is an ideal choice: it adds to no group of the tablet's.
+        """
+        out: dict[int, _Class] = {}
+        taken: dict[int, int] = {}
+        for v in counts:
+            for c in self.val_classes.get(v, ()):
+                out[c.idx] = c
+        for i in present:
+            own = self.class_of.get(i)
+            if own is not None:
+                out[own.idx] = own
+                taken[own.idx] = taken.get(own.idx, 0) + 1
+        return out, taken
 
     def feasible(self, rf: int) -> bool:
         """Whether ``rf`` replicas fit on live eligible servers within every group limit.
@@ -224,7 +331,8 @@ class Placer:
     """Places replicas on one snapshot, remembering the load its own placements add.
 
     ``snapshot`` is read once: per-server load is Kudu's (reported or derived live
-    replicas + recent creations), per-table load comes from the snapshot's tablets.
+    replicas + recent creations), per-table load comes from the snapshot's tablets; a
+    location's load is the sum over its servers divided by their number.
     """
 
     def __init__(self, snapshot: ClusterSnapshot, rng: random.Random) -> None:
@@ -238,7 +346,7 @@ class Placer:
         self._domains: dict[tuple[object, ...], _Domain] = {}
         self._table_domain: dict[str, _Domain] = {}
         self._table_servers: dict[str, list[int]] = {}
-        self._table_classes: dict[str, list[int]] = {}
+        self._table_locs: dict[str, list[int]] = {}
 
     # --- indexes -----------------------------------------------------------------------
 
@@ -267,6 +375,7 @@ class Placer:
         return dom
 
     def _table_counts(self, table: Table) -> tuple[list[int], list[int]]:
+        """The table's replicas per server, and per location of its domain."""
         per_server = self._table_servers.get(table.table_id)
         if per_server is None:
             per_server = [0] * len(self.total)
@@ -276,10 +385,10 @@ class Placer:
                     if i is not None:
                         per_server[i] += 1
             dom = self.domain(table)
-            per_class = [sum(per_server[i] for i in c.servers) for c in dom.classes]
+            per_loc = [sum(per_server[i] for i in srv) for srv in dom.loc_servers]
             self._table_servers[table.table_id] = per_server
-            self._table_classes[table.table_id] = per_class
-        return per_server, self._table_classes[table.table_id]
+            self._table_locs[table.table_id] = per_loc
+        return per_server, self._table_locs[table.table_id]
 
     # --- load bookkeeping --------------------------------------------------------------
 
@@ -292,16 +401,16 @@ class Placer:
         self._adjust(self.index[ts_uuid], self.table(table_id), -1)
 
     def _adjust(self, i: int, table: Table, delta: int) -> None:
-        per_server, per_class = self._table_counts(table)
+        per_server, per_loc = self._table_counts(table)
         self.total[i] += delta
         per_server[i] += delta
         for dom in self._domains.values():
             c = dom.class_of.get(i)
             if c is not None:
-                dom.class_total[c.idx] += delta
+                dom.add_load(c.loc, delta)
         c = self.domain(table).class_of.get(i)
         if c is not None:
-            per_class[c.idx] += delta
+            per_loc[c.loc] += delta
 
     # --- placement ---------------------------------------------------------------------
 
@@ -316,7 +425,7 @@ class Placer:
         """
         rf = table.replication_factor
         dom = self.domain(table)
-        if sum(c.n for c in dom.classes) < rf:
+        if len(dom.class_of) < rf:
             raise NotFoundError(NOT_ENOUGH_TSERVERS)
         chosen: list[int] = []
         for _ in range(rf):
@@ -339,87 +448,145 @@ class Placer:
         return self.snapshot.tservers[i].uuid
 
     def _pick(self, dom: _Domain, table: Table, rf: int, present: list[int]) -> int | None:
-        per_server, per_class = self._table_counts(table)
-        classes = dom.classes
-        if not classes:
+        """One server for the next replica of a tablet whose replicas are on ``present``."""
+        if not dom.classes:
             return None
-        rand = self.rng.random
-        counts: Counter[int] = Counter()
-        for i in present:
-            counts.update(dom.all_vals[i])
-        # Fast path: with many classes, the ideal ones (sharing no value with the existing
-        # replicas, hence no server either) are found by sampling; uniform sampling
-        # conditioned on being ideal is uniform over the ideal tier, as the exact scan.
-        nc = len(classes)
-        if nc >= _SAMPLING_MIN_CLASSES:
-            keys = counts.keys()
-            first: _Class | None = None
-            for _ in range(_SAMPLING_TRIES):
-                c = classes[int(rand() * nc)]
-                if keys.isdisjoint(c.vals) and c is not first:
-                    if first is None:
-                        first = c
-                    else:
-                        best = self._better_class(dom, per_class, first, c)
-                        return self._pick_server(best.servers, per_server, ())
-        tier = self._best_tier(dom, rf, counts, present)
-        if not tier:
-            return None
-        if len(tier) == 1:
-            best = tier[0]
+        per_server, per_loc = self._table_counts(table)
+        by_loc: dict[int, list[_Class]] = {}  # no replica yet: every location is ideal
+        if present:
+            counts: dict[int, int] = {}  # replicas per policy/awareness value
+            for i in present:
+                for v in dom.all_vals[i]:
+                    counts[v] = counts.get(v, 0) + 1
+            got = self._best_tier(dom, rf, counts, present)
+            if got is None:
+                return None
+            by_loc = got
+        loc = self._least_loaded(dom, per_loc, by_loc)
+        tier = by_loc.get(loc)
+        if tier is None:
+            # A location holding none of the tablet's values or replicas: all of it is free.
+            servers = dom.loc_servers[loc]
         else:
-            a = int(rand() * len(tier))
-            b = int(rand() * (len(tier) - 1))
-            best = self._better_class(dom, per_class, tier[a], tier[b + (b >= a)])
-        return self._pick_server(best.servers, per_server, set(present))
+            servers = [i for c in tier for i in c.servers if i not in present]
+        return self._pick_server(servers, per_server)
 
     def _best_tier(
-        self, dom: _Domain, rf: int, counts: Counter[int], present: list[int]
-    ) -> list[_Class]:
+        self, dom: _Domain, rf: int, counts: dict[int, int], present: list[int]
+    ) -> dict[int, list[_Class]] | None:
+        """The best choices for the next replica, or ``None`` if no server may take it.
+
+        Only classes the tablet touches are scored; the others score zero (ideal). The
+        result maps every touched location to its classes in the best tier; a location
+        missing from it lies wholly in the tier (there are such locations only when the
+        best tier is the ideal one).
+        """
+        touched, taken = dom.touched(counts, present)
+        by_loc: dict[int, list[_Class]] = {}
+        loc_classes = dom.loc_classes
+        for c in touched.values():
+            if c.loc not in by_loc:
+                here = loc_classes[c.loc]
+                by_loc[c.loc] = [x for x in here if x.idx not in touched] if len(here) > 1 else []
+        free = [c for c in touched.values() if c.n > taken.get(c.idx, 0)]
+        if len(touched) < len(dom.classes):
+            # Some class is ideal, so the tier is the ideal one: no need for full scores.
+            thresholds = dom.overflow(rf)
+            for c in free:
+                if self._is_ideal(dom, rf, thresholds, counts, c):
+                    by_loc[c.loc].append(c)
+            return by_loc
+        scored = [(sc, c) for c in free if (sc := self._score(dom, rf, counts, c)) is not None]
+        if not scored:
+            return None
+        best = min(sc for sc, _ in scored)
+        for sc, c in scored:
+            if sc == best:
+                by_loc[c.loc].append(c)
+        return by_loc
+
+    @staticmethod
+    def _is_ideal(
+        dom: _Domain, rf: int, thresholds: tuple[int, ...], counts: dict[int, int], c: _Class
+    ) -> bool:
+        """Whether :meth:`_score` of ``c`` is all zero (cheaper than computing it)."""
+        get = counts.get
+        for thr, v in zip(thresholds, c.pol, strict=True):
+            if get(v, 0) >= thr:
+                return False
+        for v in c.spread:
+            if get(v, 0):
+                return False
+        if c.forced:
+            _, caps = dom.limits(rf)
+            return all(get(v, 0) < cap for cap, v in zip(caps, c.forced, strict=True))
+        return True
+
+    @staticmethod
+    def _score(
+        dom: _Domain, rf: int, counts: dict[int, int], c: _Class
+    ) -> tuple[int, ...] | None:
+        """How badly one more replica in ``c`` fits (lower is better; all zero is ideal).
+
+        Replicas over the policy limit per level, top first; then replicas over the
+        overflow threshold per level (Kudu's overflow group); then, per tag awareness key,
+        replicas already sharing the value. ``None``: forbidden (forced awareness).
+        """
         limits, caps = dom.limits(rf)
-        in_class = Counter(dom.class_of[i].idx for i in present if i in dom.class_of)
-        best: tuple[int, ...] | None = None
-        tier: list[_Class] = []
-        for c in dom.classes:
-            if c.n <= in_class.get(c.idx, 0):
-                continue
-            score: list[int] = []
-            for lim, v in zip(limits, c.pol, strict=True):
-                excess = counts.get(v, 0) + 1 - lim
-                if excess > 0 and dom.forced_all:
-                    break
-                score.append(max(excess, 0))
-            else:
-                if any(counts.get(v, 0) >= cap for cap, v in zip(caps, c.forced, strict=True)):
-                    continue
-                score.extend(counts.get(v, 0) for v in c.spread)
-                key = tuple(score)
-                if best is None or key < best:
-                    best, tier = key, [c]
-                elif key == best:
-                    tier.append(c)
-        return tier
+        over_limit: list[int] = []
+        over_threshold: list[int] = []
+        for lim, thr, v in zip(limits, dom.overflow(rf), c.pol, strict=True):
+            after = counts.get(v, 0) + 1
+            if after > lim and dom.forced_all:
+                return None
+            over_limit.append(max(after - lim, 0))
+            over_threshold.append(max(after - thr, 0))
+        if any(counts.get(v, 0) >= cap for cap, v in zip(caps, c.forced, strict=True)):
+            return None
+        return (*over_limit, *over_threshold, *(counts.get(v, 0) for v in c.spread))
 
-    def _better_class(self, dom: _Domain, per_class: list[int], a: _Class, b: _Class) -> _Class:
-        # Location load is replicas per server (seed, "Definitions"); the table's own load
-        # breaks ties so that one table does not pile onto a location.
-        la = (dom.class_total[a.idx] / a.n, per_class[a.idx] / a.n)
-        lb = (dom.class_total[b.idx] / b.n, per_class[b.idx] / b.n)
-        if la == lb:
-            return a if self.rng.random() < 0.5 else b
-        return a if la < lb else b
-
-    def _pick_server(
-        self, servers: list[int], per_server: list[int], excluded: set[int] | tuple[()]
+    def _least_loaded(
+        self, dom: _Domain, per_loc: list[int], by_loc: dict[int, list[_Class]]
     ) -> int:
-        free = [i for i in servers if i not in excluded] if excluded else servers
-        n = len(free)
+        """The least-loaded location of the tier (Kudu's ``SelectLocation``).
+
+        Ties are broken at random; of two tied locations drawn, the one where the table
+        itself has fewer replicas per server (``per_loc``) wins, so one table's tablets
+        spread too.
+        """
+        by_load = dom.by_load
+        shut = {k for k, tier in by_loc.items() if not tier} if by_loc else None
+        j = 0
+        while shut and by_load[j][1] in shut:
+            j += 1
+        least = by_load[j][0]
+        end = bisect.bisect_left(by_load, (least, len(by_load)), j)
+        ties = by_load[j:end]
+        if shut and any(dom.loc_load[k] == least for k in shut):
+            ties = [t for t in ties if t[1] not in shut]
+        n = len(ties)
         if n == 1:
-            return free[0]
+            return ties[0][1]
         rand = self.rng.random
         a = int(rand() * n)
         b = int(rand() * (n - 1))
-        ia, ib = free[a], free[b + (b >= a)]
+        ka, kb = ties[a][1], ties[b + (b >= a)][1]
+        own_a = per_loc[ka] * len(dom.loc_servers[kb])
+        own_b = per_loc[kb] * len(dom.loc_servers[ka])
+        if own_a == own_b:
+            return ka if rand() < 0.5 else kb
+        return ka if own_a < own_b else kb
+
+    def _pick_server(self, servers: list[int], per_server: list[int]) -> int:
+        """Power of two choices between ``servers`` by Kudu's load; the table's own
+        replicas, then chance, break ties."""
+        n = len(servers)
+        if n == 1:
+            return servers[0]
+        rand = self.rng.random
+        a = int(rand() * n)
+        b = int(rand() * (n - 1))
+        ia, ib = servers[a], servers[b + (b >= a)]
         la = (self.total[ia], per_server[ia])
         lb = (self.total[ib], per_server[ib])
         if la == lb:

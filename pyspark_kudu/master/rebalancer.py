@@ -5,9 +5,13 @@ and ``cluster rebalance`` in the tools.
 
 * Stage 1 fixes violations, one replica at a time: a replica outside its table's
   constraint, or, in a location group above its limit, the non-leader replica on the most
-  loaded server of that group (Kudu's ``FindBestReplicaToReplace``). The replacement is
-  chosen by re-replication placement (:meth:`.placement.Placer.place_extra`), and a move is
-  kept only if it reduces the tablet's violations.
+  loaded server of that group (Kudu's ``FindBestReplicaToReplace``). The limit is
+  :func:`.placement.max_replicas_per_group`: beyond two groups no group may hold a
+  majority, and for an even replication factor not even half (losing that group would
+  lose the majority). The replacement is chosen by re-replication placement
+  (:meth:`.placement.Placer.place_extra`: the least-loaded eligible location), and a move
+  is kept only if it reduces the tablet's violations, so an unfixable one (RF 4 over three
+  locations) is left alone.
 * Stage 2 balances, in order: each table across locations; the cluster across locations;
   then, within each location, each table and the cluster across servers (Kudu's original
   greedy). A move goes from the most loaded bin to the least loaded one while it strictly

@@ -215,6 +215,9 @@ class PlacementConfig:
 
     ``awareness``: ordered awareness keys (KIP-708 ``standby.task.assignment.awareness``,
     Elasticsearch ``awareness.attributes``); empty means "the location levels, top first".
+    Placement spreads replicas over the tag keys among them before it looks at load; the
+    location levels are left to the placement policy (group limits, then the least-loaded
+    location), as in Kudu.
     ``location_levels``: names for the tags derived from location levels (default
     ``level1``, ``level2``, ...). ``forced``: leave a replica missing rather than exceed a
     location's share (Elasticsearch "forced awareness"). ``forced_values``: per tag key, the

@@ -95,7 +95,10 @@ def location_report(snap: ClusterSnapshot, *, liveness_known: bool = True) -> di
             most = max_replicas_per_group(rf, n)
             tolerance.append({"level": level, "locations": n, "replication_factor": rf,
                               "max_replicas_per_location": most,
-                              "survives_location_loss": rf - most >= rf // 2 + 1})
+                              # A compliant layout exists and losing a full location
+                              # leaves a majority (RF 4 over 3 locations has no such layout).
+                              "survives_location_loss": most * n >= rf
+                              and rf - most >= rf // 2 + 1})
     warnings = []
     unlocated = [ts.uuid for ts in snap.tservers if not ts.location]
     if unlocated and len(unlocated) < len(snap.tservers):

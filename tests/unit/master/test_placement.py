@@ -14,6 +14,7 @@ from pyspark_kudu.master.placement import (
     Placer,
     find_violations,
     max_replicas_per_group,
+    overflow_threshold,
     place_extra_replica,
     place_tablets,
     validate_replication_factor,
@@ -34,11 +35,45 @@ def spread(layout: dict[str, int], rf: int, n: int = 50) -> set[tuple[int, ...]]
 
 @pytest.mark.parametrize(
     ("rf", "groups", "limit"),
-    [(3, 1, 3), (3, 2, 2), (4, 2, 3), (2, 2, 2), (5, 2, 3), (3, 3, 1), (4, 3, 2), (5, 4, 2),
-     (7, 3, 3), (1, 5, 1), (2, 3, 1)],
+    [(3, 1, 3), (3, 2, 2), (4, 2, 3), (2, 2, 2), (5, 2, 3), (3, 3, 1), (5, 4, 2), (7, 3, 3),
+     (1, 5, 1), (2, 3, 1)],
 )
 def test_group_limit_follows_the_seed(rf: int, groups: int, limit: int) -> None:
     assert max_replicas_per_group(rf, groups) == limit
+
+
+@pytest.mark.parametrize(("rf", "groups", "limit"), [(4, 3, 1), (4, 5, 1), (6, 3, 2), (6, 7, 2)])
+def test_half_of_an_even_replication_factor_is_a_violation_beyond_two_groups(
+    rf: int, groups: int, limit: int
+) -> None:
+    # Losing a location with r/2 replicas leaves r/2, short of the majority r/2 + 1.
+    assert max_replicas_per_group(rf, groups) == limit
+    assert rf - limit >= rf // 2 + 1
+
+
+@pytest.mark.parametrize(
+    ("rf", "groups", "threshold"),
+    [(3, 1, 3), (3, 2, 1), (4, 2, 2), (5, 2, 2), (1, 2, 1), (3, 3, 1), (4, 3, 1), (5, 3, 2)],
+)
+def test_overflow_threshold_is_half_with_two_groups_and_the_limit_beyond(
+    rf: int, groups: int, threshold: int
+) -> None:
+    assert overflow_threshold(rf, groups) == threshold
+
+
+def test_even_rf_with_three_locations_violates_unavoidably() -> None:
+    snap = cluster({"/a": 3, "/b": 3, "/c": 3}, [Table("t", "t", 4)])
+    placements = place_tablets(snap, "t", 20, random.Random(0))
+    assert all(per_location(snap, p) == [2, 1, 1] for p in placements)
+    found = find_violations(snap.with_tablets(tablet(f"x{k}", p) for k, p in enumerate(placements)))
+    assert len(found) == 20 and all((v.count, v.limit, v.avoidable) == (2, 1, False) for v in found)
+
+
+def test_even_rf_half_in_one_location_is_an_avoidable_violation_with_four() -> None:
+    snap = cluster({"/a": 2, "/b": 2, "/c": 2, "/d": 2}, [Table("t", "t", 4)],
+                   [tablet("x", ["a-0", "a-1", "b-0", "c-0"])])
+    (v,) = find_violations(snap)
+    assert (v.location, v.count, v.limit, v.avoidable) == ("/a", 2, 1, True)
 
 
 @pytest.mark.parametrize(
@@ -89,8 +124,10 @@ def test_two_locations_hold_at_most_half_plus_one(rf: int, expected: set[tuple[i
     ("layout", "rf", "expected"),
     [
         ({"/a": 3, "/b": 3, "/c": 3}, 5, {(2, 2, 1)}),
-        ({"/a": 3, "/b": 3, "/c": 3}, 7, {(3, 2, 2)}),
-        ({"/a": 2, "/b": 2, "/c": 2, "/d": 2}, 5, {(2, 1, 1, 1)}),
+        # Load, not spread, decides within the limit (Kudu's SelectLocation): as earlier
+        # tablets load some locations more, 3 + 3 + 1 and 2 + 2 + 1 comply too.
+        ({"/a": 3, "/b": 3, "/c": 3}, 7, {(3, 2, 2), (3, 3, 1)}),
+        ({"/a": 2, "/b": 2, "/c": 2, "/d": 2}, 5, {(2, 1, 1, 1), (2, 2, 1)}),
         ({"/a": 2, "/b": 2, "/c": 2, "/d": 2}, 4, {(1, 1, 1, 1)}),
     ],
 )
@@ -126,17 +163,42 @@ def test_dead_servers_get_no_replicas() -> None:
     assert used.isdisjoint({"a-0", "b-1"}) and len(used) == 7
 
 
-def test_emptier_location_and_server_receive_more_replicas() -> None:
+def test_the_least_loaded_location_takes_new_replicas_until_it_catches_up() -> None:
+    # Kudu's SelectLocation: the least-loaded location, not a power of two choices
+    # between locations (which sent the empty one only half of the replicas).
     busy = [
         TabletServer(f"{loc}-{k}", f"h{loc}{k}", location=f"/{loc}", num_live_replicas=50)
         for loc in "abc" for k in range(2)
     ]
     fresh = [TabletServer(f"d-{k}", f"hd{k}", location="/d") for k in range(2)]
     snap = cluster(busy + fresh, [Table("t", "t", 1)])
-    counts = Counter(p[0][0] for p in place_tablets(snap, "t", 60, random.Random(3)))
-    # Power of two choices among 4 locations: the empty one wins whenever it is drawn,
-    # i.e. half of the time, twice its uniform share.
-    assert counts["d"] >= 25 and all(counts["d"] > counts[x] for x in "abc")
+    placed = [p[0] for p in place_tablets(snap, "t", 108, random.Random(3))]
+    assert Counter(placed[:100]) == {"d-0": 50, "d-1": 50}  # power of two inside /d
+    # Then every location is at 50 per server: they take turns.
+    assert Counter(u[0] for u in placed[100:]) == {"a": 2, "b": 2, "c": 2, "d": 2}
+
+
+def test_unequal_locations_are_compared_per_server() -> None:
+    big = [TabletServer(f"a-{k}", f"ha{k}", location="/a", num_live_replicas=10)
+           for k in range(4)]
+    small = [TabletServer("b-0", "hb0", location="/b", num_live_replicas=12)]
+    snap = cluster(big + small, [Table("t", "t", 1)])
+    # /a holds 40 replicas on 4 servers (10 each): less loaded than /b's 12 on one.
+    placed = [p[0][0] for p in place_tablets(snap, "t", 8, random.Random(0))]
+    assert placed == ["a"] * 8
+
+
+def test_rereplication_prefers_the_least_loaded_location_over_spreading() -> None:
+    # RF 5 over 3 locations allows 2 per location: a second replica in the lightly
+    # loaded /a beats a first one in the busy /c.
+    light = [TabletServer(f"a-{k}", f"ha{k}", location="/a") for k in range(3)]
+    busy = [TabletServer(f"{loc}-{k}", f"h{loc}{k}", location=f"/{loc}", num_live_replicas=9)
+            for loc in "bc" for k in range(3)]
+    snap = cluster(light + busy, [Table("t", "t", 5)])
+    got = place_extra_replica(snap, tablet("x", ["a-0", "b-0", "b-1"]), random.Random(0))
+    assert got is not None and got.startswith("a-")
+    full = place_extra_replica(snap, tablet("x", ["a-0", "a-1", "b-0", "b-1"]), random.Random(0))
+    assert full is not None and full.startswith("c-")
 
 
 def test_consecutive_creations_account_for_earlier_ones() -> None:
@@ -175,13 +237,14 @@ def test_hierarchy_spreads_over_datacenters_first() -> None:
         assert len(dcs) == 3
 
 
-def test_hierarchy_with_two_datacenters_spreads_racks_too() -> None:
+def test_hierarchy_with_two_datacenters_keeps_racks_within_their_limit_too() -> None:
     layout = {f"/dc{d}/r{r}": 2 for d in range(2) for r in range(3)}
-    for rf, dc_split in ((3, [2, 1]), (5, [3, 2])):
+    for rf, dc_split, per_rack in ((3, [2, 1], 1), (5, [3, 2], 2)):
         snap = cluster(layout, [Table("t", "t", rf)])
         for p in place_tablets(snap, "t", 60, random.Random(rf)):
             locs = [snap.tserver_by_uuid[u].location or "" for u in p]
-            assert len(set(locs)) == rf  # every replica in its own rack
+            # 6 racks: no rack may hold a majority, but within that load decides.
+            assert max(Counter(locs).values()) <= per_rack
             assert sorted(Counter(loc.split("/")[1] for loc in locs).values(), reverse=True) == (
                 dc_split
             )

@@ -134,3 +134,39 @@ def test_a_stale_plan_is_refused() -> None:
     moved = apply_moves(snap, plan.moves)
     with pytest.raises(IllegalStateError, match="plan again"):
         apply_moves(moved, plan.moves)
+
+
+def test_stage1_moves_half_of_an_even_rf_out_of_one_location() -> None:
+    # RF 4 over 4 locations: 2 in /a loses the majority with /a, so it is a violation.
+    snap = cluster({"/a": 2, "/b": 2, "/c": 2, "/d": 2}, [Table("t", "t", 4)],
+                   [tablet("x", ["a-0", "a-1", "b-0", "c-0"], leader=0)])
+    plan = plan_rebalance(snap, random.Random(0), balance=False)
+    (move,) = plan.moves
+    assert (move.from_uuid, move.stage, move.reason) == ("a-1", 1, "placement policy")
+    assert move.to_uuid.startswith("d-")
+    assert violation_summary(plan.report.violations_before) == [("/a", 1, 1)]
+    assert plan.report.violations_after == ()
+
+
+def test_even_rf_over_three_locations_is_reported_but_not_moved() -> None:
+    # Every layout of 4 replicas over 3 locations puts 2 in one: unfixable, left alone.
+    snap = cluster({"/a": 2, "/b": 2, "/c": 2}, [Table("t", "t", 4)],
+                   [tablet("x", ["a-0", "a-1", "b-0", "c-0"])])
+    plan = plan_rebalance(snap, random.Random(0))
+    assert plan.moves == ()
+    (v,) = plan.report.violations_after
+    assert (v.location, v.count, v.limit, v.avoidable) == ("/a", 2, 1, False)
+
+
+def test_ksck_warns_about_half_of_an_even_rf_in_one_location() -> None:
+    from pyspark_kudu.tools.cluster import ksck
+
+    layout = {"/a": 3, "/b": 2, "/c": 2, "/d": 2}
+    fine = cluster(layout, [Table("t", "t", 6)],
+                   [tablet("x", ["a-0", "a-1", "b-0", "b-1", "c-0", "d-0"])])
+    assert ksck(fine).violations == []  # 2 of 6 per location keeps 4 after any loss
+    half = fine.with_tablets([tablet("z", ["a-0", "a-1", "a-2", "b-0", "c-0", "d-0"])])
+    result = ksck(half)
+    assert [(v.tablet_id, v.location, v.count, v.limit, v.avoidable)
+            for v in result.violations] == [("z", "/a", 3, 2, True)]
+    assert not result.ok
