@@ -5,7 +5,12 @@ a report.
 * :mod:`.checker` -- lost acknowledged writes, visible failed writes, fabricated values and
   per-key linearizability (Knossos/Porcupine-style search);
 * :mod:`.report` -- ``report.json`` and ``timeline.png``;
-* :mod:`.harness` -- the standalone Spark cluster, the fault schedule and the workload;
+* :mod:`.inject` -- fault schedules and the faults themselves; :mod:`.injector` runs a
+  schedule, waiting for each fault's precondition under a deadline (a fault is applied or
+  the run fails, never skipped);
+* :mod:`.workload` -- the client threads (only outcome-unknown errors make an op ``info``);
+* :mod:`.sampler` -- ksck every second, and when replication counts as whole again;
+* :mod:`.harness` -- the standalone Spark cluster, the schedule, the workload, the checks;
   ``python -m pyspark_kudu.tools.faults --mode short --seed 1 --out DIR``.
 """
 

@@ -15,27 +15,32 @@ Shape of a run (``python -m pyspark_kudu.tools.faults --mode short --seed 1 --ou
    ``linearizable`` (``read_table``): a READ_LATEST read may miss another writer's
    acknowledged writes, which the checker reports (it did).
 2. ``create_table`` of an RF=3 table hash-partitioned on ``id`` over a small key space.
-3. ``clients`` workload threads, each its own client id, client ``i`` on session
-   ``i % sessions`` (two sessions of one application, **not** two applications: two driver
-   processes, each with its own twin Spark cluster, are too heavy for the 2-core test
+3. ``clients`` workload threads (:mod:`.workload`), each its own client id, client ``i`` on
+   session ``i % sessions`` (two sessions of one application, **not** two applications: two
+   driver processes, each with its own twin Spark cluster, are too heavy for the 2-core test
    machine -- two writer applications are covered by ``tests/cluster/test_two_writers.py``).
-   Each does single-row ``insert`` /
-   ``upsert`` / ``delete`` with unique values and full-table reads, recorded in
-   ``DIR/history.jsonl`` (:mod:`.history`). Outcomes: ``ok``; ``RowWriteError`` -> the
-   rejected row ``fail``\\s; ``InvalidArgumentError`` (raised before anything is proposed)
-   -> ``fail``; anything else (``FencedError``, ``RoundFailedError``, timeouts, Spark job
-   failures) -> ``info``.
-4. After ``warmup_s`` without faults, the :class:`FaultInjector` runs the schedule (one
-   fault at a time: the next waits for the previous one to heal, up to
-   ``recover_deadline_s``); from the start a sampler runs ksck
-   (:mod:`pyspark_kudu.tools.cluster`) every second into ``DIR/samples.jsonl``.
+   Each does single-row ``insert`` / ``upsert`` / ``delete`` with unique values and
+   full-table reads, recorded in ``DIR/history.jsonl`` (:mod:`.history`). Only the errors
+   documented as outcome unknown make an op ``info``; any other error fails the run (exit
+   2) with its traceback.
+4. After ``warmup_s`` without faults, the :class:`.injector.FaultInjector` runs the schedule,
+   one fault at a time, each once its precondition holds (a destructive fault: full
+   replication again); a precondition unmet within ``precondition_deadline_s`` fails the run
+   naming the fault and what did not happen -- every scheduled fault is applied or the run
+   fails. From the start a sampler (:mod:`.sampler`) records ksck every second into
+   ``DIR/samples.jsonl``. ``disk_full`` injects ENOSPC through the product's FileIO
+   (``PYSPARK_KUDU_FULL_DISKS``, set for the whole cluster before it starts).
 5. After the last fault, the run waits up to ``restore_deadline_s`` for full replication:
-   ksck reports every tablet HEALTHY and every voter sits on a host that has an executor
-   (a lost host's tablet server must have been replaced). Re-replication is the client's
-   healer (:mod:`pyspark_kudu.spark.healing.healer`, every second here); not getting there within
-   the deadline is reported ``"not restored"`` and fails the run (exit 2) after the checks.
+   ksck reports every tablet HEALTHY, every voter sits on a host that has an executor
+   (a lost host's tablet server must have been replaced) and none is marked failed.
+   Re-replication is the client's healer (:mod:`pyspark_kudu.spark.healing.healer`, every
+   second here); not getting there within the deadline is reported ``"not restored"`` and
+   fails the run (exit 2) after the checks.
 6. Workload stops; the whole table is read; :func:`.checker.check`; ``report.json`` and
    ``timeline.png``; exit 1 on any violation, 2 when the run itself broke.
+
+Deadlines are sized for a machine twice as slow as the 2-core CI machine; they bound waits
+on conditions, never a sleep that hopes something happened.
 
 Thread-safety: :func:`run` owns everything it starts; the workload threads share the
 ``KuduContext``\\s (thread-safe) and one :class:`HistoryWriter` (thread-safe).
@@ -48,7 +53,6 @@ import json
 import logging
 import os
 import random
-import subprocess
 import sys
 import threading
 import time
@@ -58,11 +62,14 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pyspark_kudu.errors import InvalidArgumentError, RowWriteError
+from pyspark_kudu.fileio import FULL_DISKS_ENV
 from pyspark_kudu.tools.faults.checker import CheckResult, check
 from pyspark_kudu.tools.faults.history import HistoryWriter, Key, Value, load_history
-from pyspark_kudu.tools.faults.inject import FaultEvent, FaultInjector, plan_schedule
+from pyspark_kudu.tools.faults.inject import FaultEvent, plan_schedule
+from pyspark_kudu.tools.faults.injector import FaultInjector
 from pyspark_kudu.tools.faults.report import write_report
+from pyspark_kudu.tools.faults.sampler import ReplicationSampler, restored_after
+from pyspark_kudu.tools.faults.workload import Workload
 
 __all__ = ["MODES", "HarnessConfig", "RunOutcome", "run"]
 
@@ -89,7 +96,14 @@ class HarnessConfig:
     tail_s: float = 5.0
     restore_deadline_s: float = 150.0
     unresponsive_s: float = 6.0
-    recover_deadline_s: float = 30.0
+    # How long a fault waits for its precondition (full replication again, an executor on
+    # the host, a replica WAL worth corrupting) before the run fails: full replication
+    # takes ~20-40 s here after a fault, twice that on a machine twice as slow.
+    precondition_deadline_s: float = 150.0
+    # How long a kill's span waits for a new executor on the host (3-30 s here, the longer
+    # on a loaded machine; not an error when exceeded: a later fault on that host waits for
+    # an executor as its precondition).
+    recover_deadline_s: float = 60.0
     lose_host: bool = True
     kinds: tuple[str, ...] = ("kill_executor", "restart_worker", "corrupt_replica",
                               "pause_host")
@@ -107,10 +121,10 @@ class HarnessConfig:
     # The whole run's budget: past it the watchdog dumps every thread's stack to
     # ``stacks.txt``, cancels the Spark jobs and stops the workload, so a stuck run still
     # ends with a report and an error naming what hung; ``budget_grace_s`` later it exits.
-    budget_s: float = 540.0
+    # A hang guard, not a speed target: a short run takes ~2.5 min on an idle 2-core
+    # machine and ~7 min on one loaded by other test clusters (seed 2, issue 19).
+    budget_s: float = 720.0
     budget_grace_s: float = 150.0
-    # MiB of a tmpfs mounted as the last worker's data root, for ``disk_full`` (0: none).
-    small_disk_mb: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -121,7 +135,7 @@ MODES: dict[str, HarnessConfig] = {
     "long": HarnessConfig(mode="long", workers=6, clients=3, keys=12, buckets=3,
                           warmup_s=20.0, fault_window_s=300.0, tail_s=20.0,
                           restore_deadline_s=300.0, unresponsive_s=10.0, down_s=(8.0, 30.0),
-                          gap_s=(5.0, 15.0), small_disk_mb=1024, budget_s=1800.0,
+                          gap_s=(5.0, 15.0), budget_s=1800.0,
                           kinds=("kill_executor", "restart_worker", "corrupt_replica",
                                  "disk_full", "pause_host")),
 }
@@ -137,190 +151,6 @@ class RunOutcome:
     result: CheckResult | None
     schedule: list[FaultEvent] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
-
-
-# == workload =====================================================================================
-
-
-class _Workload:
-    """Client threads issuing single-row writes and full reads until stopped."""
-
-    def __init__(self, sessions: Sequence[tuple[Any, Any]], history: HistoryWriter,
-                 cfg: HarnessConfig) -> None:
-        """``sessions``: (KuduContext, SparkSession) pairs; client ``i`` uses pair
-        ``i % len(sessions)``, the final reader the first."""
-        from pyspark.sql.types import LongType, StringType, StructField, StructType
-
-        self.sessions = list(sessions)
-        self.history = history
-        self.cfg = cfg
-        self.row = StructType([StructField("id", LongType(), False),
-                               StructField("v", StringType(), True)])
-        self.key_only = StructType([StructField("id", LongType(), False)])
-        self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self._client, args=(f"c{i}",), daemon=True,
-                                         name=f"fault-client-{i}")
-                        for i in range(cfg.clients)]
-
-    def start(self) -> None:
-        for t in self.threads:
-            t.start()
-
-    def join(self, deadline_s: float) -> list[str]:
-        """Stop and wait; returns the clients still blocked in a call after the deadline
-        (their last op stays without completion: unknown outcome)."""
-        self.stop.set()
-        end = time.monotonic() + deadline_s
-        for t in self.threads:
-            t.join(max(0.0, end - time.monotonic()))
-        return [t.name for t in self.threads if t.is_alive()]
-
-    def _session(self, client: str) -> tuple[Any, Any]:
-        i = int(client[1:]) if client[1:].isdigit() else 0
-        return self.sessions[i % len(self.sessions)]
-
-    def _client(self, client: str) -> None:
-        rng = random.Random(f"{self.cfg.seed}/{client}")
-        kinds = [k for k, _ in self.cfg.mix]
-        weights = [w for _, w in self.cfg.mix]
-        seq = 0
-        while not self.stop.is_set():
-            kind = rng.choices(kinds, weights)[0]
-            if kind == "read":
-                self.read(client)
-            else:
-                seq += 1
-                self.write(client, kind, rng.randrange(self.cfg.keys), f"{client}-{seq}")
-            self.stop.wait(self.cfg.op_pause_s)  # pacing only
-
-    def write(self, client: str, kind: str, key: int, value: str) -> None:
-        val: Value = None if kind == "delete" else value
-        kudu, spark = self._session(client)
-        op = self.history.invoke(client, kind, [key], [val])
-        try:
-            if kind == "delete":
-                df = spark.createDataFrame([(key,)], self.key_only)
-            else:
-                df = spark.createDataFrame([(key, value)], self.row)
-            kudu.write(df, TABLE, kind)
-        except RowWriteError as e:
-            rejected: dict[Key, str] = {}
-            for _, row, status, _ in e.errors:
-                rid = row.get("id")
-                if isinstance(rid, int):
-                    rejected[rid] = status
-            if key in rejected:
-                self.history.ok(op, row_errors=rejected)
-            else:  # a rejection we cannot attribute: do not guess
-                self.history.info(op, f"RowWriteError: {e}")
-        except InvalidArgumentError as e:  # validated before anything was proposed
-            self.history.fail(op, f"InvalidArgumentError: {e}")
-        except Exception as e:  # FencedError, RoundFailedError, Spark job failures, ...
-            self.history.info(op, f"{type(e).__name__}: {e}")
-        else:
-            self.history.ok(op)
-
-    def read(self, client: str) -> dict[Key, Value] | None:
-        keys = list(range(self.cfg.keys))
-        kudu, _ = self._session(client)
-        op = self.history.invoke(client, "read", keys)
-        try:
-            # Linearizable: with two writers, a READ_LATEST read may miss what the other
-            # acknowledged (or a deposed leader's client its own successor's writes).
-            rows = kudu.read_table(TABLE, read_mode="linearizable").collect()
-        except Exception as e:
-            self.history.info(op, f"{type(e).__name__}: {e}")
-            return None
-        results: dict[Key, Value] = dict.fromkeys(keys)
-        for r in rows:
-            results[int(r["id"])] = r["v"]
-        self.history.ok(op, results=results)
-        return results
-
-
-# == replication sampling =========================================================================
-
-
-class _Sampler:
-    """ksck every second (plus ground truth: voters on hosts without an executor)."""
-
-    def __init__(self, master_address: str, clock: Callable[[], float],
-                 executor_hosts: Callable[[], set[str]], path: Path) -> None:
-        from pyspark_kudu.master.client import MasterClient
-
-        self.client = MasterClient(master_address, timeout_s=3.0, rpc_timeout_s=2.0)
-        self.clock = clock
-        self.executor_hosts = executor_hosts
-        self.path = path
-        self.samples: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="ksck-sampler")
-
-    def start(self) -> _Sampler:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(15)
-        self.client.close()
-
-    def recent(self, n: int) -> list[dict[str, Any]]:
-        with self._lock:
-            return [dict(s) for s in self.samples[-n:]]
-
-    def sample(self) -> dict[str, Any]:
-        from pyspark_kudu.tools.cluster import RECOVERING, UNAVAILABLE, UNDER_REPLICATED, ksck
-        from pyspark_kudu.tools.connect import RemoteSource
-
-        t = self.clock()
-        state = RemoteSource(self.client).state()
-        snap = state.snapshot()
-        result = ksck(snap)
-        statuses = [u["Status"] for u in result.unhealthy_tablets]
-        hosts = self.executor_hosts()
-        by_uuid = {ts.uuid: ts.host for ts in snap.tservers}
-        rfs = {t.table_id: t.replication_factor for t in snap.tables}
-        short = sum(1 for tb in snap.tablets
-                    if sum(1 for r in tb.voters if by_uuid.get(r.ts_uuid) in hosts)
-                    < rfs.get(tb.table_id, 3))
-        return {"t": round(t, 2), "under_replicated": statuses.count(UNDER_REPLICATED),
-                "unavailable": statuses.count(UNAVAILABLE),
-                "recovering": statuses.count(RECOVERING),
-                "tablets": len(snap.tablets), "live_tservers": len(state.live or ()),
-                "tservers": len(snap.tservers), "executor_hosts": len(hosts),
-                "voters_on_down_hosts": short}
-
-    def _run(self) -> None:
-        with open(self.path, "a", encoding="utf-8") as f:
-            while not self._stop.is_set():
-                started = time.monotonic()
-                try:
-                    s = self.sample()
-                except Exception as e:  # master busy or restarting: a gap in the samples
-                    s = {"t": round(self.clock(), 2), "error": f"{type(e).__name__}: {e}"}
-                with self._lock:
-                    self.samples.append(s)
-                f.write(json.dumps(s) + "\n")
-                f.flush()
-                self._stop.wait(max(0.0, 1.0 - (time.monotonic() - started)))
-
-
-def _fully_replicated(s: dict[str, Any]) -> bool:
-    return ("error" not in s and s.get("tablets", 0) > 0
-            and not s["under_replicated"] and not s["unavailable"] and not s["recovering"]
-            and not s["voters_on_down_hosts"])
-
-
-def _restored_after(recent: list[dict[str, Any]], faults_end: float) -> float | None:
-    """Seconds from the end of the faults to full replication, once the last three samples
-    (all taken after the faults ended) show it -- one clean sample right after a kill may
-    predate the driver noticing the lost executor."""
-    if len(recent) < 3 or not all(_fully_replicated(s) and float(s["t"]) >= faults_end
-                                  for s in recent):
-        return None
-    return max(0.0, float(recent[0]["t"]) - faults_end)
 
 
 # == the run ======================================================================================
@@ -340,6 +170,8 @@ class _Watchdog:
         self.stacks = stacks
         self.log = log
         self.expired = False
+        # Set when the budget runs out: the run's own waits wait on it, so they end at once.
+        self.stop_event = threading.Event()
         self.on_expire: Callable[[], None] = lambda: None
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="fault-watchdog")
@@ -362,6 +194,7 @@ class _Watchdog:
         if self._done.wait(self.budget_s):
             return
         self.expired = True
+        self.stop_event.set()
         self.log(f"the run exceeded its budget of {self.budget_s:.0f} s: thread stacks in "
                  f"{self.stacks}; cancelling Spark jobs and stopping the workload")
         self._dump(f"budget of {self.budget_s:.0f} s exceeded")
@@ -387,20 +220,6 @@ def _spark_session(master_url: str, cfg: HarnessConfig, deadline_s: float, want:
                            deadline_s=deadline_s)
 
 
-def _mount_tmpfs(where: Path, size_mb: int) -> str:
-    """Mount a private ``size_mb`` MiB tmpfs at ``where``; "" or why it could not."""
-    where.mkdir(parents=True, exist_ok=True)
-    try:
-        out = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m,mode=0700",
-                              "tmpfs", str(where)], capture_output=True, text=True,
-                             timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"cannot run mount ({e})"
-    if out.returncode != 0:
-        return f"mounting a tmpfs failed ({out.stderr.strip() or out.returncode})"
-    return ""
-
-
 def replay_command(outdir: Path, cfg: HarnessConfig) -> str:
     return (f"python -m pyspark_kudu.tools.faults --mode {cfg.mode} --seed {cfg.seed} "
             f"--out {outdir}-replay --replay {outdir / 'schedule.json'}")
@@ -424,31 +243,23 @@ def run(cfg: HarnessConfig, outdir: Path, schedule: Sequence[FaultEvent] | None 
         "tablet leads it, the other forwards); two applications with twin clusters are too "
         "heavy for 2 cores",
     ]
+    # Every process of the run (workers, executors, their tablet servers) checks this
+    # full-disk file on each durable write: disk_full faults list a data root in it.
+    full_disks_before = os.environ.get(FULL_DISKS_ENV)
+    os.environ[FULL_DISKS_ENV] = str(outdir / "full-disks.json")
     cluster = StandaloneCluster(outdir / "spark", workers=cfg.workers, cores=1)
-    disk_host: str | None = None
-    small = outdir / "small-disk"
-    if cfg.small_disk_mb and "disk_full" in cfg.kinds:
-        host = f"127.0.0.{cluster.first_host + cfg.workers - 1}"
-        why = _mount_tmpfs(small, cfg.small_disk_mb)
-        if why:
-            notes.append(f"disk_full not planned: {why}")
-        else:
-            disk_host = host
-            cluster.data_roots[host] = small
-            notes.append(f"the data root of {host} is a {cfg.small_disk_mb} MiB tmpfs "
-                         f"(disk_full faults fill it)")
     master = MasterProcess(outdir / "kudu-master", cfg.unresponsive_s)
     spark: Any = None
     kudu: Any = None
     others: list[Any] = []  # the KuduContexts of the other sessions
     history: HistoryWriter | None = None
-    sampler: _Sampler | None = None
+    sampler: ReplicationSampler | None = None
     injector: FaultInjector | None = None
-    workload: _Workload | None = None
+    workload: Workload | None = None
     plan: list[FaultEvent] = list(schedule or [])
     final: dict[Key, Value] | None = None
     faults_end: float | None = None
-    restored_after: float | None = None
+    restored_s: float | None = None
     watchdog = _Watchdog(cfg.budget_s, cfg.budget_grace_s, outdir / "stacks.txt", log).start()
     try:
         log(f"starting {cfg.workers} Spark workers and a pyspark-kudu master under {outdir}")
@@ -481,7 +292,6 @@ def run(cfg: HarnessConfig, outdir: Path, schedule: Sequence[FaultEvent] | None 
         if not plan:
             plan = plan_schedule(random.Random(cfg.seed), cluster.hosts, cfg.fault_window_s,
                                  kinds=cfg.kinds, lose_host=cfg.lose_host, rf=cfg.replicas,
-                                 disk_host=disk_host,
                                  down_s=cfg.down_s, gap_s=cfg.gap_s)
         (outdir / "schedule.json").write_text(json.dumps(
             {"seed": cfg.seed, "mode": cfg.mode, "events": [e.to_dict() for e in plan]},
@@ -489,36 +299,36 @@ def run(cfg: HarnessConfig, outdir: Path, schedule: Sequence[FaultEvent] | None 
         log(f"seed {cfg.seed}; schedule: " + json.dumps([e.to_dict() for e in plan]))
 
         history = HistoryWriter(outdir / "history.jsonl", {"seed": cfg.seed, "mode": cfg.mode})
-        sampler = _Sampler(master.address, history.now, hosts_up,
-                           outdir / "samples.jsonl").start()
-        workload = _Workload([(kudu, spark), *((o, o.spark) for o in others)], history, cfg)
+        sampler = ReplicationSampler(master.address, history.now, hosts_up, cluster.data_root,
+                                     outdir / "samples.jsonl").start()
+        workload = Workload([(kudu, spark), *((o, o.spark) for o in others)], history,
+                            table=TABLE, seed=cfg.seed, clients=cfg.clients, keys=cfg.keys,
+                            mix=cfg.mix, op_pause_s=cfg.op_pause_s)
         workload.start()
-        time.sleep(cfg.warmup_s)  # fault-free warm-up of the workload (pacing)
-        def healthy() -> bool:
-            recent = sampler.recent(2) if sampler is not None else []
-            return len(recent) == 2 and all(_fully_replicated(x) for x in recent)
-
+        watchdog.stop_event.wait(cfg.warmup_s)  # fault-free warm-up of the workload (pacing)
+        _await_warm(workload, cfg, watchdog)
         injector = FaultInjector(cluster, plan, history.now, lambda h: h in hosts_up(),
+                                 voters_on=sampler.voters_on,
+                                 healthy_since=sampler.healthy_since,
+                                 precondition_deadline_s=cfg.precondition_deadline_s,
                                  recover_deadline_s=cfg.recover_deadline_s,
-                                 healthy=healthy, heal_deadline_s=cfg.restore_deadline_s
-                                 ).start()
-        window_end = max([cfg.fault_window_s, *(e.at_s + e.duration_s for e in plan)])
-        if not injector.join(window_end + len(plan) * (cfg.recover_deadline_s + 15.0) + 30.0
-                             + 2 * cfg.restore_deadline_s):
-            errors.append("the fault injector did not finish its schedule in time")
+                                 detect_deadline_s=cfg.restore_deadline_s).start()
+        if not injector.join(injector.bound_s()):
+            errors.append(f"the fault injector did not finish its schedule within "
+                          f"{injector.bound_s():.0f} s (every wait at its deadline)")
         faults_end = history.now()
         log(f"faults over at {faults_end:.1f} s; waiting up to {cfg.restore_deadline_s:.0f} s "
             "for full replication")
         restore_end = time.monotonic() + cfg.restore_deadline_s
         tail_end = time.monotonic() + cfg.tail_s
-        while time.monotonic() < max(restore_end if restored_after is None else 0.0,
+        while time.monotonic() < max(restore_end if restored_s is None else 0.0,
                                      tail_end) and not watchdog.expired:
-            if restored_after is None:
-                restored_after = _restored_after(sampler.recent(3), faults_end)
-                if restored_after is not None:
-                    log(f"full replication after {restored_after:.1f} s")
-            time.sleep(0.5)  # polling the sampler under the deadline above
-        if restored_after is None:
+            if restored_s is None:
+                restored_s = restored_after(sampler.recent(3), faults_end)
+                if restored_s is not None:
+                    log(f"full replication after {restored_s:.1f} s")
+            watchdog.stop_event.wait(0.5)  # polling the sampler under the deadline above
+        if restored_s is None:
             log("full replication NOT restored within the deadline")
             errors.append(f"full replication was not restored within "
                           f"{cfg.restore_deadline_s:.0f} s after the faults stopped")
@@ -528,7 +338,6 @@ def run(cfg: HarnessConfig, outdir: Path, schedule: Sequence[FaultEvent] | None 
         final = _final_read(workload, history, deadline_s=0.0 if watchdog.expired else 60.0)
         if final is None:
             errors.append("the final read of the whole table failed until its deadline")
-        errors.extend(_undetected_corruption(injector.snapshot()))
     except Exception as e:
         errors.append(f"{type(e).__name__}: {e}")
         log(traceback.format_exc())
@@ -540,6 +349,10 @@ def run(cfg: HarnessConfig, outdir: Path, schedule: Sequence[FaultEvent] | None 
         if history is not None:
             history.close()
         faults = injector.snapshot() if injector is not None else []
+        if injector is not None:
+            errors.extend(injector.errors)
+        if workload is not None:
+            errors.extend(workload.unexpected())
         for closer in (*(o.close for o in others), kudu.close if kudu is not None else None,
                        spark.stop if spark is not None else None, master.stop, cluster.stop):
             if closer is None:
@@ -548,22 +361,32 @@ def run(cfg: HarnessConfig, outdir: Path, schedule: Sequence[FaultEvent] | None 
                 closer()
             except Exception as e:
                 errors.append(f"shutdown: {type(e).__name__}: {e}")
-        if disk_host is not None:
-            subprocess.run(["umount", str(small)], check=False, capture_output=True)
+        if full_disks_before is None:
+            os.environ.pop(FULL_DISKS_ENV, None)
+        else:
+            os.environ[FULL_DISKS_ENV] = full_disks_before
         if watchdog.expired:
             errors.insert(0, f"the run exceeded its budget of {cfg.budget_s:.0f} s (thread "
                              f"stacks at that moment: {outdir / 'stacks.txt'})")
     watchdog.done()
-    return _finish(cfg, outdir, plan, faults, sampler, final, faults_end, restored_after,
+    return _finish(cfg, outdir, plan, faults, sampler, final, faults_end, restored_s,
                    errors, notes, time.monotonic() - wall0, log)
 
 
-def _undetected_corruption(faults: list[dict[str, Any]]) -> list[str]:
-    """Every WAL :func:`.inject.corrupt_replica` damaged must have been found failed (the
-    injector waits for the replica's ``failed`` marker); one never found is an error."""
-    return [f"the replica corrupted on {f['host']} was not found failed: {f['note']}"
-            for f in faults if f["kind"] == "corrupt_replica" and f["start"] is not None
-            and "found failed" not in str(f.get("note", ""))]
+def _await_warm(workload: Workload, cfg: HarnessConfig, watchdog: _Watchdog) -> None:
+    """Faults start once every client had a write acknowledged (a run whose workload never
+    got going proves nothing), waiting at most ``precondition_deadline_s``."""
+    end = time.monotonic() + cfg.precondition_deadline_s
+    while True:
+        missing = sorted({f"c{i}" for i in range(cfg.clients)} - workload.acked_clients())
+        if not missing:
+            return
+        if time.monotonic() >= end or watchdog.expired:
+            raise RuntimeError(
+                f"the workload did not warm up: clients {missing} had no write acknowledged "
+                f"within {cfg.warmup_s + cfg.precondition_deadline_s:.0f} s of starting, so "
+                f"no fault was applied")
+        watchdog.stop_event.wait(0.5)  # polling under the deadline above
 
 
 def _struct() -> Any:
@@ -573,7 +396,7 @@ def _struct() -> Any:
                                                                           True)])
 
 
-def _final_read(workload: _Workload, history: HistoryWriter, deadline_s: float
+def _final_read(workload: Workload, history: HistoryWriter, deadline_s: float
                 ) -> dict[Key, Value] | None:
     """The whole table, retried until ``deadline_s`` (a tablet may be electing). Recorded as
     an op of client ``reader`` too; the checker also gets it as the final contents."""
@@ -584,11 +407,11 @@ def _final_read(workload: _Workload, history: HistoryWriter, deadline_s: float
             return got
         if time.monotonic() > end:
             return None
-        time.sleep(1.0)  # retry pacing under the deadline
+        time.sleep(1.0)  # retry pacing under the deadline above
 
 
 def _finish(cfg: HarnessConfig, outdir: Path, plan: Sequence[FaultEvent],
-            faults: list[dict[str, Any]], sampler: _Sampler | None,
+            faults: list[dict[str, Any]], sampler: ReplicationSampler | None,
             final: dict[Key, Value] | None, faults_end: float | None,
             restored_after: float | None, errors: list[str], notes: list[str],
             wall_s: float, log: Callable[[str], None]) -> RunOutcome:

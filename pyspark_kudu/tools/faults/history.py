@@ -10,8 +10,9 @@ Outcomes:
 * ``ok``: acknowledged. For a write, committed on a majority; for a read, the values seen.
 * ``fail``: definitely **not** applied (e.g. a validation error raised before anything was
   proposed, or a per-row rejection such as a duplicate key on ``insert``).
-* ``info``: unknown. ``FencedError``, ``RoundFailedError``, timeouts and any error we cannot
-  classify: the write may or may not have been applied, now or later.
+* ``info``: unknown: the write may or may not have been applied, now or later. The harness
+  records it after ``FencedError``, ``RoundFailedError`` or ``TimedOutError`` (and after an
+  unexpected error, which also fails the run: :mod:`.workload`).
 
 A write names one or more keys with one value each (``None`` for a delete); a write that
 failed for some of its rows (Kudu's per-row errors) records those keys in ``row_errors``:

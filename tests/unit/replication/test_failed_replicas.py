@@ -1,6 +1,8 @@
 """Failed replicas (DESIGN §5): corrupt files or a full disk mark a replica failed; it never
 serves data again, the write still commits on the healthy majority, and the leader records
-the failure so that the client has the replica replaced."""
+the failure so that the client has the replica replaced. The full disk is injected through
+the FileIO (``PYSPARK_KUDU_FULL_DISKS``) so it runs everywhere; a real 1 MiB tmpfs variant
+runs where mounting is allowed."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import pyarrow as pa
 import pytest
 
 from pyspark_kudu.errors import ServiceUnavailableError
+from pyspark_kudu.fileio import FULL_DISKS_ENV, set_disk_full
 from pyspark_kudu.schema import ColumnSchema, Schema
 from pyspark_kudu.spark.host.handlers import FAILED_FILE, PeerRequest, RequestKind
 from pyspark_kudu.spark.host.replica_cache import clear_cache
@@ -87,7 +90,8 @@ def tiny_disk(tmp_path: Path) -> Iterator[Path]:
                           capture_output=True, text=True)
     if proc.returncode != 0:
         pytest.skip(f"mounting a size-limited tmpfs is not permitted here ({proc.stderr.strip()}"
-                    f"); the corrupt-replica test covers failed replicas")
+                    f"); the same behaviour is tested everywhere with ENOSPC injected through "
+                    f"the FileIO (test_a_replica_whose_disk_fills_up_is_failed_...)")
     try:
         yield path
     finally:
@@ -95,11 +99,9 @@ def tiny_disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(path)], check=False)
 
 
-def test_a_replica_whose_disk_fills_up_is_failed_and_the_majority_goes_on(
-    tmp_path: Path, tiny_disk: Path,
-) -> None:
-    roots = {ts: str(tmp_path / ts) for ts in TS}
-    roots["ts-c"] = str(tiny_disk / "ts-c")
+def _write_until_ts_c_fails(roots: dict[str, str]) -> None:
+    """Writes go on until ts-c's full disk fails its replica; the majority commits every
+    one, and ts-c is reported failed (the client then has it replaced, DESIGN §5)."""
     transport = DirectTransport(roots, OPTS)
     lead = _leader(transport)
     for k in range(200):  # up to ~4 MB of batches: more than ts-c's 1 MiB disk holds
@@ -110,10 +112,33 @@ def test_a_replica_whose_disk_fills_up_is_failed_and_the_majority_goes_on(
     assert "ts-c" in lead.failed_replicas, "ts-c's full disk was never reported"
     assert "DiskFull" in lead.failed_replicas["ts-c"] or "No space" in lead.failed_replicas[
         "ts-c"], lead.failed_replicas["ts-c"]
-    lead.propose([_batch(90_000, 5)])
+    (pos,) = lead.propose([_batch(90_000, 5)])
+    assert lead.committed(pos[0])
     lead.heartbeat()
     assert sum(b.num_rows
                for b in scan_replica(roots["ts-a"], "t", None, (), None)) > 100
+
+
+def test_a_replica_whose_disk_fills_up_is_failed_and_the_majority_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ENOSPC injected through the FileIO (no root needed): ts-c's data root holds 1 MiB,
+    like the tmpfs below; the WAL, tablet and handler code that meets it is the product's."""
+    roots = {ts: str(tmp_path / ts) for ts in TS}
+    monkeypatch.setenv(FULL_DISKS_ENV, str(tmp_path / "full-disks.json"))
+    set_disk_full(roots["ts-c"], max_bytes=1 << 20)
+    try:
+        _write_until_ts_c_fails(roots)
+    finally:
+        clear_cache()
+
+
+def test_a_replica_whose_real_tmpfs_fills_up_is_failed_and_the_majority_goes_on(
+    tmp_path: Path, tiny_disk: Path,
+) -> None:
+    roots = {ts: str(tmp_path / ts) for ts in TS}
+    roots["ts-c"] = str(tiny_disk / "ts-c")
+    _write_until_ts_c_fails(roots)
 
 
 def test_a_replica_left_mid_copy_by_a_crash_serves_nothing(tmp_path: Path) -> None:
