@@ -2,8 +2,9 @@
 
 ``LocalGroup`` plays the application's part of the ``Ready`` contract for every node: persist
 to the node's storage, deliver messages to the other nodes in order, apply committed entries.
-It is the friendly counterpart of :mod:`pyspark_kudu.consensus.sim`, which is adversarial
-(drops, reorders, partitions, crashes) and checks safety invariants.
+It is the friendly counterpart of the simulator (:mod:`pyspark_kudu.consensus.sim`, the
+cluster model, driven by :mod:`pyspark_kudu.consensus.sim_run`'s adversary: drops, reorders,
+partitions, crashes), which checks safety invariants.
 
 Storage is any ``WritableStorage`` (empty; the group bootstraps it); the default makes a
 ``MemoryStorage`` per node.

@@ -1,12 +1,9 @@
-"""Deterministic, seeded simulator for the sans-IO Raft core.
+"""The simulated cluster the sans-IO Raft core is tested on: hosts, a network, faults.
 
-One ``random.Random`` drives everything (message drop, duplication, delay and reordering,
-symmetric and one-way partitions, crash/restart, proposals, membership changes, compaction),
-so a seed is a complete, replayable history. After every step the
-:class:`~pyspark_kudu.consensus.sim_checks.SafetyChecker` checks Raft's safety properties; a
-run ends by healing everything and checking liveness. Replay a failing seed with::
-
-    python -m pyspark_kudu.consensus.sim --seed 1234 --nodes 5 --steps 3000
+A :class:`Cluster` runs replicas over an in-memory network; after every step its
+:class:`~pyspark_kudu.consensus.sim_checks.SafetyChecker` checks Raft's safety properties.
+Seeded adversarial runs (and their command line) are in :mod:`pyspark_kudu.consensus.sim_run`,
+which imports this module; this module never imports it.
 
 - :class:`Host`: one replica's process: ``RaftNode`` + ``MemoryStorage`` + state machine
   (``sm``, every applied entry, ``sm[i - 1].index == i``, durable). A crash loses the node and
@@ -14,11 +11,8 @@ run ends by healing everything and checking liveness. Replay a failing seed with
 - :class:`Cluster`: hosts, in-flight messages and the checker, with etcd-style ``cut`` /
   ``isolate`` / ``ignore`` / ``recover`` and 6.824-style ``leader`` / ``run`` / ``one``. With
   no faults configured it is a lossless FIFO network; the scenario tests drive it by hand.
-- :func:`simulate`: one seeded history: per-seed knobs (:class:`Knobs`), then
-  :class:`~pyspark_kudu.consensus.sim_checks.RandomSchedule` for ``steps`` steps, then
-  :func:`~pyspark_kudu.consensus.sim_checks.check_liveness`. Founders bootstrap their
-  configuration into the log; joiners start from empty storage; a re-added replica keeps its
-  storage or is tombstoned.
+  ``rng`` draws every random choice (message drop, duplication, delay and reordering, split
+  ``Ready`` handling), so a seed is a complete, replayable history.
 
 No sockets, threads, clocks or files: time is the tick counter ``Cluster.now``.
 Thread-safety: not thread-safe; a cluster belongs to one test.
@@ -26,9 +20,7 @@ Thread-safety: not thread-safe; a cluster belongs to one test.
 
 from __future__ import annotations
 
-import argparse
 import random
-import sys
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,29 +36,19 @@ from pyspark_kudu.consensus.messages import (
     Snapshot,
 )
 from pyspark_kudu.consensus.raft import Config, RaftNode, Ready, Role
-from pyspark_kudu.consensus.sim_checks import (
-    InvariantViolation,
-    RandomSchedule,
-    SafetyChecker,
-    check_liveness,
-)
+from pyspark_kudu.consensus.sim_checks import InvariantViolation, SafetyChecker
 from pyspark_kudu.consensus.storage import MemoryStorage
 from pyspark_kudu.errors import ProposalDroppedError
 
-__all__ = [
-    "Cluster", "Flight", "Host", "Knobs", "Network", "NodeOptions", "SimResult",
-    "SimulationFailure", "main", "repro_command", "simulate",
-]
+__all__ = ["Cluster", "Flight", "Host", "Network", "NodeOptions", "SimulationFailure"]
 
 _MT = MessageType
 
 
 class SimulationFailure(AssertionError):
-    """A seed violated safety or liveness; the message ends with the command that replays it."""
-
-
-def repro_command(seed: int, nodes: int, steps: int) -> str:
-    return f"python -m pyspark_kudu.consensus.sim --seed {seed} --nodes {nodes} --steps {steps}"
+    """A simulated cluster failed (it did not quiesce, or a seeded run of
+    :mod:`~pyspark_kudu.consensus.sim_run` violated safety or liveness: then the message ends
+    with the command that replays it)."""
 
 
 @dataclass(eq=False)
@@ -532,100 +514,3 @@ class Cluster:
         if sm is None:
             raise InvariantViolation(f"{nid} was handed a snapshot no replica made: {snap}")
         return sm
-
-
-# == seeded runs ==============================================================================
-
-
-@dataclass(frozen=True)
-class Knobs:
-    """Per-seed fault and workload settings, all drawn from the seed."""
-
-    options: NodeOptions
-    drop: float
-    dup: float
-    delay: int
-    auto_ready: float
-    split_ready: float
-    membership: bool
-    compaction: bool
-
-    @classmethod
-    def draw(cls, rng: random.Random) -> Knobs:
-        opts = NodeOptions(
-            election_tick=rng.choice([5, 10]), heartbeat_tick=rng.choice([1, 2]),
-            pre_vote=rng.random() < 0.5, check_quorum=rng.random() < 0.5,
-            max_size_per_msg=rng.choice([None, 1 << 20, 40]),
-            max_inflight_msgs=rng.choice([2, 256]),
-            max_committed_size_per_ready=rng.choice([None, None, 60]),
-        )
-        return cls(opts, drop=rng.choice([0.0, 0.02, 0.1]), dup=rng.choice([0.0, 0.05]),
-                   delay=rng.choice([0, 1, 3]), auto_ready=rng.choice([1.0, 0.7]),
-                   split_ready=rng.choice([0.0, 0.3]),
-                   membership=rng.random() < 0.75, compaction=rng.random() < 0.6)
-
-
-@dataclass
-class SimResult:
-    seed: int
-    nodes: int
-    steps: int
-    knobs: Knobs
-    stats: Counter[str]
-    commit_index: int
-    terms_with_leader: int
-
-    def summary(self) -> str:
-        stats = " ".join(f"{k}={v}" for k, v in sorted(self.stats.items()))
-        return (f"seed={self.seed} nodes={self.nodes} steps={self.steps} ok: commit="
-                f"{self.commit_index} leaders={self.terms_with_leader} {stats}")
-
-
-def simulate(seed: int, nodes: int = 3, steps: int = 3000, trace: int = 60) -> SimResult:
-    """Run one seeded history; raise SimulationFailure (with a repro command) on violation.
-
-    ``trace`` is how many of the last events the failure message lists.
-    """
-    rng = random.Random(f"raft-sim/{seed}/{nodes}")
-    knobs = Knobs.draw(rng)
-    c: Cluster | None = None
-    try:
-        c = Cluster([f"n{i}" for i in range(1, nodes + 1)], rng=rng, options=knobs.options,
-                    spares=[f"n{i}" for i in range(nodes + 1, nodes + 3)])
-        c.net.drop_rate, c.net.dup_rate, c.net.max_delay = knobs.drop, knobs.dup, knobs.delay
-        c.auto_ready, c.split_ready = knobs.auto_ready, knobs.split_ready
-        c.report_unreachable = True
-        c.trace = deque(maxlen=trace)
-        RandomSchedule(c, rng, nodes, knobs.membership, knobs.compaction).run(steps)
-        check_liveness(c, f"live-{seed}".encode())
-    except Exception as e:  # a core exception is a finding too: report it with the seed
-        where = c.describe() if c is not None else "  (while founding the cluster)"
-        raise SimulationFailure(
-            f"{type(e).__name__}: {e}\n  knobs: {knobs}\n{where}\n"
-            f"  reproduce: {repro_command(seed, nodes, steps)}"
-        ) from e
-    return SimResult(seed, nodes, steps, knobs, c.stats, c.checker.commit_index,
-                     len(c.checker.leader_of_term))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m pyspark_kudu.consensus.sim", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--seeds", type=int, default=1, help="run seeds seed .. seed+N-1")
-    p.add_argument("--nodes", type=int, default=3)
-    p.add_argument("--steps", type=int, default=3000)
-    p.add_argument("--trace", type=int, default=60, help="events listed on failure")
-    args = p.parse_args(argv)
-    failed = 0
-    for seed in range(args.seed, args.seed + args.seeds):
-        try:
-            print(simulate(seed, args.nodes, args.steps, args.trace).summary())
-        except SimulationFailure as e:
-            failed += 1
-            print(f"seed={seed} FAILED\n{e}")
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

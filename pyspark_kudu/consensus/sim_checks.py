@@ -25,25 +25,20 @@ the core's internals, so it holds for any correct implementation of the ``Ready`
 
 Violations raise :class:`InvariantViolation` (an ``AssertionError``).
 
-The histories those properties are checked on come from :class:`RandomSchedule`, the
-adversary (one random action per step, from the seed's ``random.Random``), and end with
-:func:`check_liveness`: after healing, a leader emerges and a fresh proposal is applied by
-every member of the committed configuration.
+The checkers know nothing of the simulated cluster: :mod:`pyspark_kudu.consensus.sim` feeds
+them, and :mod:`pyspark_kudu.consensus.sim_run` drives the seeded histories (the adversary and
+the liveness check). Neither is imported here.
 
 Thread-safety: not thread-safe; one checker belongs to one simulated cluster.
 """
 
 from __future__ import annotations
 
-import random
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping
 
 from pyspark_kudu.consensus.confchange import apply_conf_change
 from pyspark_kudu.consensus.messages import (
     NONE,
-    ConfChange,
-    ConfChangeType,
     ConfState,
     Entry,
     EntryType,
@@ -55,10 +50,7 @@ from pyspark_kudu.consensus.messages import (
 )
 from pyspark_kudu.consensus.storage import MemoryStorage
 
-if TYPE_CHECKING:  # sim imports this module; the cluster only appears in annotations here
-    from pyspark_kudu.consensus.sim import Cluster, Host
-
-__all__ = ["InvariantViolation", "RandomSchedule", "SafetyChecker", "check_liveness", "conf_after"]
+__all__ = ["InvariantViolation", "SafetyChecker", "conf_after"]
 
 _LEADER_ONLY = frozenset(
     {MessageType.APP, MessageType.HEARTBEAT, MessageType.SNAP, MessageType.TIMEOUT_NOW}
@@ -311,195 +303,3 @@ class SafetyChecker:
                 f"committed entry {c} (term {term}) is durable only on {holders} of voters "
                 f"{voters}: a majority could elect a leader without it"
             )
-
-
-# == the random schedule and the liveness check ==============================================
-
-
-class RandomSchedule:
-    """The adversary: one random action per step (deliver a due message, tick, propose,
-    crash or restart a replica, partition or heal, change membership, compact...), drawn from
-    ``rng``, with the cluster's checks after every step."""
-
-    def __init__(
-        self, c: Cluster, rng: random.Random, nodes: int, membership: bool, compaction: bool
-    ) -> None:
-        self.c, self.rng, self.nodes = c, rng, nodes
-        self.proposals = 0
-        self.actions: list[tuple[Callable[[], object], float]] = [
-            (c.tick, 4.0), (lambda: self._on(c.live(), lambda h: c.tick([h.id])), 0.5),
-            (self.propose, 3.0), (self.transfer, 0.3),
-            (lambda: self._on(c.live(), lambda h: c.campaign(h.id)), 0.15),
-            (lambda: self._on(c.live(), lambda h: c.crash(h.id)), 0.3), (self.restart, 1.0),
-            (self.partition, 0.3), (c.recover, 0.4),
-        ]
-        if membership:
-            self.actions += [(self.membership, 1.0), (self.retire, 0.3)]
-        if compaction:
-            self.actions.append((lambda: self._on(
-                [h for h in c.hosts.values() if h.sm],
-                lambda h: c.compact(h.id, keep=rng.choice([0, 0, 2, 5]))), 0.5))
-
-    def _on(self, hosts: Sequence[Host], act: Callable[[Host], object]) -> None:
-        if hosts:
-            act(self.rng.choice(hosts))
-
-    # -- actions -----------------------------------------------------------------------------
-    def step(self) -> None:
-        c = self.c
-        acts = list(self.actions)
-        if any(f.due <= c.now for f in c.net.flights):
-            acts.append((self.deliver, 30.0))
-        if c.auto_ready < 1.0 or c.split_ready:
-            acts.append((lambda: self._on(
-                [h for h in c.live() if h.pending or h.node.has_ready()],
-                lambda h: c.handle_ready(h.id)), 6.0))
-        self.rng.choices([a for a, _ in acts], [w for _, w in acts])[0]()
-        c.check()
-
-    def deliver(self) -> None:
-        f = self.c._pop_due(fifo=False)
-        if f is not None:
-            self.c.deliver(f)
-
-    def propose(self) -> None:
-        c = self.c
-        lead = c.leader()
-        target = lead if lead is not None and self.rng.random() < 0.9 else None
-        if target is None and c.live():
-            target = self.rng.choice(c.live()).id  # most likely refused: not the leader
-        if target is None:
-            return
-        n = self.rng.choice([1, 1, 1, 3])  # sometimes a batch (one AppendEntries for all)
-        datas = [f"p{self.proposals + i}".encode() for i in range(1, n + 1)]
-        self.proposals += n
-        if c.propose_batch(target, datas):
-            c.stats["proposals"] += n
-
-    def transfer(self) -> None:
-        """To a voter, a learner, itself or a stranger: all must be handled."""
-        lead = self.c.leader()
-        if lead is not None:
-            self.c.transfer_leader(lead, self.rng.choice(sorted(self.c.hosts)))
-            self.c.stats["transfers"] += 1
-
-    def restart(self) -> None:
-        """A crashed replica comes back, unless it was retired and is not a member again."""
-        members = self.c.checker.conf.members()
-        down = [h.id for h in self.c.hosts.values()
-                if not h.alive and h.starts > 0 and (h.id in members or not h.retired)]
-        if down:
-            self.c.start(self.rng.choice(down), volatile=self.rng.random() < 0.3)
-            self.c.stats["restarts"] += 1
-
-    def partition(self) -> None:
-        c, rng = self.c, self.rng
-        ids = sorted(c.hosts)
-        kind = rng.choice(["isolate", "split", "one-way"])
-        if kind == "isolate":
-            c.isolate(rng.choice(ids))
-        elif kind == "split":
-            rng.shuffle(ids)
-            k = rng.randint(1, len(ids) // 2)
-            c.partition(ids[:k], ids[k:])
-        else:
-            for _ in range(rng.randint(1, len(ids))):
-                a, b = rng.sample(ids, 2)
-                c.cut(a, b, one_way=True)
-        c.stats[f"partition_{kind}"] += 1
-        c._note(f"partition {kind}: {sorted(c.net.cut_links)}")
-
-    def retire(self) -> None:
-        """Shut down a replica neither the committed nor the leader's configuration has."""
-        c = self.c
-        lead = c.leader()
-        keep = c.checker.conf.members() | (c.node(lead).conf_state.members() if lead else set())
-        out = sorted(h.id for h in c.live() if h.id not in keep)
-        if out:
-            nid = self.rng.choice(out)
-            c.crash(nid)
-            c.hosts[nid].retired = True
-            c.stats["retired"] += 1
-
-    def membership(self) -> None:
-        """One-by-one change at the leader: add learner, promote, demote, remove, re-add."""
-        c, rng = self.c, self.rng
-        lead = c.leader()
-        if lead is None:
-            return
-        node = c.node(lead)
-        cs, committed = node.conf_state, c.checker.conf
-        progress = node.status().progress
-        options: list[ConfChange] = []
-        for nid in sorted(c.hosts):
-            if nid not in cs.members() and nid not in committed.members():
-                options.append(ConfChange(ConfChangeType.ADD_LEARNER, nid))
-        for nid in sorted(cs.learners):
-            caught_up = progress.get(nid, (0, 0))[0] + 3 >= node.commit_index
-            if len(cs.voters) <= self.nodes and caught_up:
-                options.append(ConfChange(ConfChangeType.ADD_VOTER, nid))
-        # Rarely the leader itself: it must step down once the change is applied.
-        others = cs.members() - ({lead} if rng.random() < 0.9 else set())
-        for nid in sorted(others):
-            if nid in cs.learners or len(cs.voters) > max(2, self.nodes - 1):
-                options.append(ConfChange(ConfChangeType.REMOVE, nid))
-                if nid in cs.voters and rng.random() < 0.3:
-                    options.append(ConfChange(ConfChangeType.ADD_LEARNER, nid))
-        if not options:
-            return
-        cc = rng.choice(options)
-        h = c.hosts[cc.node_id]
-        if cc.type == ConfChangeType.ADD_LEARNER and cc.node_id not in cs.members() and not h.alive:
-            if h.starts > 0 and rng.random() < 0.5 and c.forgotten(cc.node_id):
-                c.tombstone(cc.node_id)
-                c.stats["tombstones"] += 1
-            c.stats["rejoins" if h.starts else "joins"] += 1
-            c.start(cc.node_id)
-        if c.propose_conf_change(lead, cc):
-            c.stats[f"conf_{cc.type.value}"] += 1
-
-    def run(self, steps: int) -> None:
-        for _ in range(steps):
-            self.step()
-
-
-def check_liveness(c: Cluster, token: bytes, election_timeouts: int = 60) -> None:
-    """Heal the network, run the committed configuration's replicas (only them) and tick:
-    a leader must emerge and ``token``, proposed to it, must be applied by every member,
-    whose configuration must then be the one its applied log produces."""
-    c.recover()
-    c.net.drop_rate = c.net.dup_rate = 0.0
-    c.net.max_delay = 0
-    for f in c.net.flights:
-        f.due = min(f.due, c.now)
-    c.auto_ready, c.split_ready = 1.0, 0.0
-    c._note("settle")
-    election = c.options.election_tick
-    proposed_at = -10**9
-    for _ in range(election_timeouts * election):
-        members = c.checker.conf.members()
-        for h in list(c.hosts.values()):
-            if h.alive and h.id not in members:
-                c.crash(h.id)
-                h.retired = True
-            elif not h.alive and h.id in members:
-                c.start(h.id)
-        c.run(1)
-        lead = c.leader()
-        due = c.now - proposed_at > 3 * election
-        if lead is not None and due and token not in c.hosts[lead].applied_data():
-            if c.propose(lead, token):
-                proposed_at = c.now
-                c.drain()
-        members = c.checker.conf.members()
-        if all(token in c.hosts[m].applied_data() for m in members):
-            for m in members:  # all past any snapshot's (newer) configuration by now
-                h = c.hosts[m]
-                c.checker.configuration(m, len(h.sm), h.node.conf_state)
-            return
-    lagging = {m: (len(c.hosts[m].sm), c.hosts[m].alive) for m in sorted(members)}
-    raise InvariantViolation(
-        f"liveness: after healing and {election_timeouts * election} quiet ticks, {token!r} "
-        f"is not applied by every member of {c.checker.conf} (leader {c.leader()}, "
-        f"applied {lagging})"
-    )

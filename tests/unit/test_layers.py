@@ -6,8 +6,10 @@
 - ``spark/healing`` never imports ``spark/api``;
 - nothing in the library imports the test-cluster launcher (``pyspark_kudu.testing``)
   except the tools that run clusters;
-- no module of ``pyspark_kudu.spark`` is part of an import cycle (type-checking-only
-  imports included: they are cycles for a reader too).
+- the consensus invariants (``consensus/sim_checks``) never import the simulator that feeds
+  them (``consensus/sim``) or the seeded runs that drive it (``consensus/sim_run``);
+- no module of ``pyspark_kudu.spark`` or ``pyspark_kudu.consensus`` is part of an import
+  cycle (type-checking-only imports included: they are cycles for a reader too).
 
 Imports are read from the source (every ``import`` statement, wherever it appears).
 """
@@ -58,12 +60,17 @@ def _violations(src: str, forbidden: tuple[str, ...]) -> list[tuple[str, str]]:
     ("pyspark_kudu.spark.healing", ("pyspark_kudu.spark.api", "pyspark_kudu.testing")),
     ("pyspark_kudu.spark.api", ("pyspark_kudu.testing",)),
     ("pyspark_kudu.master", ("pyspark_kudu.spark", "pyspark_kudu.testing")),
+    ("pyspark_kudu.consensus.sim_checks", ("pyspark_kudu.consensus.sim",)),  # sim, sim_run
 ])
 def test_dependencies_point_one_way(src: str, forbidden: tuple[str, ...]) -> None:
     assert _violations(src, forbidden) == []
 
 
-def test_no_module_of_the_spark_side_is_in_an_import_cycle() -> None:
+CYCLE_FREE = ("pyspark_kudu.spark", "pyspark_kudu.consensus")
+
+
+@pytest.mark.parametrize("package", CYCLE_FREE)
+def test_no_module_of_the_package_is_in_an_import_cycle(package: str) -> None:
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -94,10 +101,13 @@ def test_no_module_of_the_spark_side_is_in_an_import_cycle() -> None:
     for v in sorted(GRAPH):
         if v not in index:
             visit(v)
-    assert [c for c in cycles if any(m.startswith("pyspark_kudu.spark") for m in c)] == []
+    assert [c for c in cycles if any(m.startswith(package) for m in c)] == []
 
 
 def test_the_graph_is_read_from_the_source() -> None:
     """Guards the two tests above against an empty or wrong graph."""
     assert "pyspark_kudu.spark.host.handlers" in GRAPH["pyspark_kudu.spark.host.round_tasks"]
     assert "pyspark_kudu.spark.api.reads" in GRAPH["pyspark_kudu.spark.api.context"]
+    assert {"pyspark_kudu.consensus.sim", "pyspark_kudu.consensus.sim_checks"} <= GRAPH[
+        "pyspark_kudu.consensus.sim_run"]
+    assert "pyspark_kudu.consensus.sim_checks" in GRAPH["pyspark_kudu.consensus.sim"]

@@ -14,7 +14,7 @@ from pyspark_kudu.consensus import Message, Role, Snapshot
 from pyspark_kudu.consensus.messages import NONE, Entry
 from pyspark_kudu.consensus.raft import RaftNode
 from pyspark_kudu.consensus.raft_log import RaftLog
-from pyspark_kudu.consensus.sim import SimulationFailure, simulate
+from pyspark_kudu.consensus.sim_run import SimulationFailure, simulate
 
 from . import test_paper_replication
 from .helpers import MT

@@ -12,9 +12,9 @@ from collections import Counter
 
 import pytest
 
-from pyspark_kudu.consensus import sim
-from pyspark_kudu.consensus.sim import SimulationFailure, repro_command, simulate
+from pyspark_kudu.consensus import sim_run
 from pyspark_kudu.consensus.sim_checks import InvariantViolation, SafetyChecker
+from pyspark_kudu.consensus.sim_run import SimulationFailure, repro_command, simulate
 
 SEEDS_PER_SIZE = 1000  # x 2 cluster sizes = 2,000 histories per CI run
 CHUNK = 50
@@ -84,7 +84,7 @@ def test_a_seed_replays_exactly_in_another_process_with_another_hash_seed() -> N
     for hash_seed in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": hash_seed}
         proc = subprocess.run(
-            [sys.executable, "-m", "pyspark_kudu.consensus.sim", "--seed", "9", "--nodes", "5",
+            [sys.executable, "-m", "pyspark_kudu.consensus.sim_run", "--seed", "9", "--nodes", "5",
              "--steps", "600"],
             capture_output=True, text=True, env=env, check=True,
         )
@@ -105,7 +105,7 @@ def test_a_violation_reports_the_command_that_reproduces_it(
     assert "committed entry lost (planted)" in msg
     assert msg.rstrip().endswith(repro_command(7, 3, 50))
     assert repro_command(7, 3, 50) == (
-        "python -m pyspark_kudu.consensus.sim --seed 7 --nodes 3 --steps 50"
+        "python -m pyspark_kudu.consensus.sim_run --seed 7 --nodes 3 --steps 50"
     )
 
 
@@ -116,9 +116,9 @@ def test_the_cli_exits_non_zero_and_prints_the_command_on_failure(
         raise InvariantViolation("planted")
 
     monkeypatch.setattr(SafetyChecker, "durable", broken)
-    assert sim.main(["--seed", "3", "--nodes", "5", "--steps", "20"]) == 1
+    assert sim_run.main(["--seed", "3", "--nodes", "5", "--steps", "20"]) == 1
     assert repro_command(3, 5, 20) in capsys.readouterr().out
 
 
 def test_the_cli_runs_a_range_of_seeds() -> None:
-    assert sim.main(["--seed", "1", "--seeds", "2", "--steps", "100"]) == 0
+    assert sim_run.main(["--seed", "1", "--seeds", "2", "--steps", "100"]) == 0
