@@ -314,11 +314,15 @@ class MasterClient:
                          timeout_s=timeout_s, any_master=True)
 
     def heartbeat_to(self, address: str, tserver: TServerMeta, reports: Sequence[Body] = (),
-                     *, full: bool = False, timeout_s: float = 5.0) -> Body:
-        """One heartbeat to one master (no retry: heartbeats go to every master anyway)."""
-        return self._channel(address).call(
-            "heartbeat", {"tserver": tserver.to_dict(), "reports": list(reports), "full": full},
-            timeout_s)
+                     *, full: bool = False, timeout_s: float = 5.0,
+                     round_trip: Body | None = None) -> Body:
+        """One heartbeat to one master (no retry: heartbeats go to every master anyway).
+        ``round_trip``: the client's estimate of its round trip to the server's host,
+        ``{"ms": float, "samples": int}`` (``cluster ksck`` reports it)."""
+        body: Body = {"tserver": tserver.to_dict(), "reports": list(reports), "full": full}
+        if round_trip is not None:
+            body["round_trip"] = dict(round_trip)
+        return self._channel(address).call("heartbeat", body, timeout_s)
 
     def set_replace(self, tablet_id: str, ts_uuid: str, replace: bool = True) -> None:
         self.call("set_replace", {"tablet_id": tablet_id, "ts_uuid": ts_uuid, "replace": replace})

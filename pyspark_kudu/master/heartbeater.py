@@ -47,6 +47,9 @@ class TabletServerHeartbeater:
     ) -> None:
         self.client = client
         self.tserver = tserver
+        # The sender's round-trip estimate to the server's host, sent with every heartbeat
+        # when set (``MasterClient.heartbeat_to``); the owner updates it between heartbeats.
+        self.round_trip: Body | None = None
         self._reports = reports or (lambda full: [])
         self._on_actions = on_actions or (lambda actions: None)
         self.interval_s = interval_s
@@ -63,13 +66,15 @@ class TabletServerHeartbeater:
         for addr in self.client.addresses:
             try:
                 out = self.client.heartbeat_to(addr, self.tserver, incremental,
-                                               timeout_s=self.rpc_timeout_s)
+                                               timeout_s=self.rpc_timeout_s,
+                                               round_trip=self.round_trip)
                 if out.get("leader"):
                     new = (addr, int(out.get("term", 0)))
                     if new != self.leader or out.get("needs_full_report"):
                         self.leader = new
                         out = self.client.heartbeat_to(addr, self.tserver, self._reports(True),
-                                                       full=True, timeout_s=self.rpc_timeout_s)
+                                                       full=True, timeout_s=self.rpc_timeout_s,
+                                                       round_trip=self.round_trip)
                         self.full_reports_sent += 1
                     actions = list(out.get("actions", []))
             except UsageError:

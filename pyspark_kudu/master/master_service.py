@@ -13,6 +13,9 @@ Arrow Flight. Behaviours (seed: kudu-multi-master):
   tablet reports (one ``UpdateTablets`` entry per heartbeat) and answers with work to do
   (:mod:`~pyspark_kudu.master.redrive`). A leader asks every server once per term for a full
   report (``needs_full_report``), which is how pending work is re-driven after failover.
+- A heartbeat may carry the sending client's round-trip estimate to the server's host
+  (``round_trip``, from its replication rounds); every master keeps the latest per server
+  in memory, like liveness, and ``list_tservers`` returns it for ``cluster ksck``.
 - Reads go to the leader, or to a follower when the caller accepts ``max_staleness_s`` and
   the follower's catalog is at most that stale (KUDU-500).
 - Masters are added (as a learner first, promoted once caught up) and removed one at a time;
@@ -24,6 +27,7 @@ Thread-safety: thread-safe; requests run concurrently on the RPC threads.
 from __future__ import annotations
 
 import logging
+import math
 import random
 import threading
 import time
@@ -66,6 +70,19 @@ _log = logging.getLogger(__name__)
 Body = dict[str, Any]
 
 
+def _round_trip(value: Any) -> tuple[float, int] | None:
+    """A heartbeat's ``round_trip`` as ``(ms, samples)``; None when absent or malformed (a
+    diagnostic must never cost a tablet server its liveness)."""
+    if not isinstance(value, dict):
+        return None
+    ms, samples = value.get("ms"), value.get("samples")
+    if (not isinstance(ms, (int, float)) or isinstance(ms, bool) or not math.isfinite(ms)
+            or ms < 0 or not isinstance(samples, int) or isinstance(samples, bool)
+            or samples < 1):
+        return None
+    return float(ms), samples
+
+
 class MasterService:
     """Request handlers of one master replica; :meth:`handle` dispatches by method name."""
 
@@ -90,6 +107,7 @@ class MasterService:
         self._clock = clock
         self._lock = threading.Lock()
         self._last_seen: dict[str, float] = {}
+        self._round_trips: dict[str, tuple[float, int, float]] = {}  # ms, samples, when
         self._full_seen: set[str] = set()
         self._full_term = -1
         self._leases = LeaseTable()
@@ -252,13 +270,29 @@ class MasterService:
         unseen = self.tserver_liveness()
         return {"tservers": [dict(ts.to_dict(), live=ts.uuid in live,
                                   unseen_s=round(unseen.get(ts.uuid, -1.0), 3),
-                                  replicas=cat.replica_counts.get(ts.uuid, 0))
+                                  replicas=cat.replica_counts.get(ts.uuid, 0),
+                                  **self._round_trip_fields(ts.uuid))
                              for ts in sorted(cat.tservers.values(), key=lambda t: t.uuid)]}
+
+    def _round_trip_fields(self, ts_uuid: str) -> Body:
+        """``round_trip_ms``, ``round_trip_samples`` and ``round_trip_age_s`` (seconds since
+        it was reported) of the latest estimate a client reported for ``ts_uuid``; none if
+        no client did since this master started."""
+        with self._lock:
+            got = self._round_trips.get(ts_uuid)
+        if got is None:
+            return {}
+        ms, samples, when = got
+        return {"round_trip_ms": ms, "round_trip_samples": samples,
+                "round_trip_age_s": round(self._clock() - when, 3)}
 
     def heartbeat(self, body: Body) -> Body:
         ts = TServerMeta.from_dict(body["tserver"])
+        round_trip = _round_trip(body.get("round_trip"))
         with self._lock:
             self._last_seen[ts.uuid] = self._clock()
+            if round_trip is not None:
+                self._round_trips[ts.uuid] = (*round_trip, self._clock())
         st = self.replica.status()
         base: Body = {"leader": False, "term": st.term,
                       "leader_hint": self._address(st.leader) or "",

@@ -6,7 +6,8 @@ master summary Kudu's ksck starts with, and turns the outcome into an exit code:
 
 * ``cluster ksck``: 0 when everything is healthy and complies with the placement policy;
   1 when anything needs attention (a master or tablet server down, an unhealthy tablet,
-  a placement policy violation).
+  a placement policy violation, a tablet whose replicas' locations are farther apart than
+  ``--max_round_trip_ms``).
 * ``cluster rebalance``: 0 when no move is needed and no violation remains; 1 when moves
   are planned or violations remain. The CLI **plans only**: executing a move is a pinned
   tablet copy onto the target's host plus Raft config changes (add the target as
@@ -21,12 +22,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 from dataclasses import replace
 from typing import Any
 
+from pyspark_kudu.errors import InvalidArgumentError
 from pyspark_kudu.master.rebalancer import plan_rebalance
-from pyspark_kudu.tools.cluster import format_ksck, format_rebalance, ksck
+from pyspark_kudu.tools.cluster import (
+    DEFAULT_MAX_ROUND_TRIP_MS,
+    format_ksck,
+    format_rebalance,
+    ksck,
+)
 from pyspark_kudu.tools.connect import (
     EXIT_OK,
     EXIT_PROBLEMS,
@@ -53,11 +61,17 @@ def add_group(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     k = verbs.add_parser(
         "ksck", help="check masters, tablet servers, tablets and the placement policy",
         description="Check the health of the cluster: masters, tablet servers (with their "
-                    "locations), tablet health per table and placement policy violations. "
+                    "locations), tablet health per table, placement policy violations and "
+                    "the round trips clients measured to each server's host. "
                     "Exit code 0 when all is well, 1 when anything needs attention, 2 on a "
                     "usage error, 3 when no master can be reached.")
     add_connection_args(k)
     add_format_arg(k)
+    k.add_argument("--max_round_trip_ms", "--max-round-trip-ms", dest="max_round_trip_ms",
+                   type=float, default=DEFAULT_MAX_ROUND_TRIP_MS, metavar="MS",
+                   help="warn about tablets with replicas in two locations whose round trip "
+                        "through the client's driver exceeds MS milliseconds (default "
+                        f"{DEFAULT_MAX_ROUND_TRIP_MS:g})")
     k.set_defaults(func=verb(_ksck), verb_parser=k)
     r = verbs.add_parser(
         "rebalance", help="plan replica moves that restore the placement policy and balance",
@@ -78,9 +92,16 @@ def add_group(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     r.set_defaults(func=verb(_rebalance), verb_parser=r)
 
 
-def ksck_report(state: ClusterState, fmt: str = "text") -> tuple[bool, str]:
-    """``(ok, output)`` of ksck over ``state``: masters first, then the library's checks."""
-    result = ksck(state.snapshot(), liveness_known=state.liveness_known)
+def ksck_report(state: ClusterState, fmt: str = "text", *,
+                max_round_trip_ms: float = DEFAULT_MAX_ROUND_TRIP_MS) -> tuple[bool, str]:
+    """``(ok, output)`` of ksck over ``state``: masters first, then the library's checks.
+
+    Raises:
+        InvalidArgumentError: ``max_round_trip_ms`` is not a positive, finite number.
+    """
+    _check_round_trip_ms(max_round_trip_ms)
+    result = ksck(state.snapshot(), liveness_known=state.liveness_known,
+                  round_trips=state.round_trips, max_round_trip_ms=max_round_trip_ms)
     bad = [m for m in state.masters if m.status == "UNAVAILABLE"]
     if bad:
         # Reported through the library's warnings so the verdict and banner include them.
@@ -99,6 +120,12 @@ def ksck_report(state: ClusterState, fmt: str = "text") -> tuple[bool, str]:
     parts += [f"  {m.id}: {m.detail}" for m in state.masters if m.status == "OFFLINE"]
     parts += ["", format_ksck(result)]
     return result.ok, "\n".join(parts)
+
+
+def _check_round_trip_ms(ms: float) -> None:
+    if not (math.isfinite(ms) and ms > 0):
+        raise InvalidArgumentError(
+            f"--max_round_trip_ms must be a positive number of milliseconds, got {ms!r}")
 
 
 def rebalance_report(state: ClusterState, *, report_only: bool, seed: int = 0,
@@ -126,9 +153,11 @@ def rebalance_report(state: ClusterState, *, report_only: bool, seed: int = 0,
 
 
 def _ksck(args: argparse.Namespace) -> int:
+    _check_round_trip_ms(float(args.max_round_trip_ms))  # before reaching any master
     src = open_source(args)
     try:
-        ok, out = ksck_report(src.state(masters=True), args.format)
+        ok, out = ksck_report(src.state(masters=True), args.format,
+                              max_round_trip_ms=float(args.max_round_trip_ms))
     finally:
         src.close()
     print(out)

@@ -5,6 +5,10 @@
   placement policy violations (``Location | Number of non-complying tables | Number of
   non-complying tablets``, at warning level as the seed asks) and a warning for every pair
   of locations whose measured link is slow or unreliable (seed, "Requirements").
+  With the clients' round-trip estimates (``round_trips``, reported with their heartbeats,
+  :mod:`pyspark_kudu.spark.replication.latency`) it adds the round trip to every server's
+  host and between locations, and warns about every tablet whose replicas sit in two
+  locations whose round trip exceeds ``max_round_trip_ms`` (see :func:`location_round_trips`).
 * :func:`rebalance` plans with :func:`~pyspark_kudu.master.rebalancer.plan_rebalance` and
   reports per-location load, violations and skew before and after, as
   ``kudu cluster rebalance --report_only``; without ``report_only`` it lists the moves.
@@ -33,16 +37,20 @@ from pyspark_kudu.tools.tabular import check_format, render_json, render_table
 from pyspark_kudu.tools.tserver import NO_LOCATION_TEXT
 
 __all__ = [
+    "DEFAULT_MAX_ROUND_TRIP_MS",
     "HEALTHY",
+    "MIN_ROUND_TRIP_SAMPLES",
     "RECOVERING",
     "UNAVAILABLE",
     "UNDER_REPLICATED",
     "UNKNOWN",
     "KsckResult",
     "LinkStats",
+    "RoundTripStats",
     "format_ksck",
     "format_rebalance",
     "ksck",
+    "location_round_trips",
     "rebalance",
     "tablet_health",
 ]
@@ -53,6 +61,16 @@ UNDER_REPLICATED = "UNDER_REPLICATED"
 UNAVAILABLE = "UNAVAILABLE"
 UNKNOWN = "UNKNOWN"
 
+#: Round trip (ms) between two locations above which ksck warns about the tablets with
+#: replicas in both (``cluster ksck --max_round_trip_ms``). Replicas of a tablet commit
+#: together, so their locations should be a few milliseconds apart (zones of one region,
+#: docs/locations.md); the estimates also carry Spark's own task scheduling (3-7 ms per
+#: host measured on loopback with 2 busy cores), hence the margin.
+DEFAULT_MAX_ROUND_TRIP_MS = 50.0
+#: Samples a server's estimate needs before it counts for its location: the first tasks on
+#: an executor are slow to launch (class loading, 200 ms measured).
+MIN_ROUND_TRIP_SAMPLES = 5
+
 
 @dataclass(frozen=True)
 class LinkStats:
@@ -61,6 +79,16 @@ class LinkStats:
     mean_ms: float
     loss: float = 0.0
     samples: int = 1
+
+
+@dataclass(frozen=True)
+class RoundTripStats:
+    """A client's estimate of its round trip to a tablet server's host, from its replication
+    rounds (the lowest recent sample, ms), with the samples taken and its age (seconds)."""
+
+    ms: float
+    samples: int
+    age_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -74,6 +102,10 @@ class KsckResult:
     violations: list[Violation]
     link_warnings: list[str] = field(default_factory=list)
     liveness_known: bool = True
+    round_trips: list[dict[str, Any]] = field(default_factory=list)
+    location_round_trips: list[dict[str, Any]] = field(default_factory=list)
+    slow_tablets: list[dict[str, Any]] = field(default_factory=list)
+    max_round_trip_ms: float = DEFAULT_MAX_ROUND_TRIP_MS
 
     @property
     def ok(self) -> bool:
@@ -81,6 +113,7 @@ class KsckResult:
             not self.unhealthy_tablets
             and not self.violations
             and not self.link_warnings
+            and not self.slow_tablets
             and all(t["Status"] in (HEALTHY, UNKNOWN) for t in self.tservers)
         )
 
@@ -103,6 +136,49 @@ def tablet_health(snapshot: ClusterSnapshot, tablet: Tablet) -> str:
     return HEALTHY
 
 
+def location_round_trips(
+    snapshot: ClusterSnapshot, round_trips: Mapping[str, RoundTripStats]
+) -> dict[tuple[str, str], float]:
+    """Round trip (ms) between every two locations, through the driver.
+
+    Raft traffic here never goes from one replica's host to another's: the leader runs in
+    the client's driver, which exchanges every round with each host. So a location's
+    estimate is its slowest server's (those with :data:`MIN_ROUND_TRIP_SAMPLES` or more),
+    and two locations' round trip is the sum of theirs: an upper bound of the path from
+    one through the driver to the other and back. Locations without an estimate are left
+    out; the keys are sorted pairs of location names (``<none>`` for servers without one).
+    """
+    per_location: dict[str, float] = {}
+    for ts in snapshot.tservers:
+        est = round_trips.get(ts.uuid)
+        if est is None or est.samples < MIN_ROUND_TRIP_SAMPLES:
+            continue
+        loc = ts.location or NO_LOCATION_TEXT
+        per_location[loc] = max(per_location.get(loc, 0.0), est.ms)
+    locs = sorted(per_location)
+    return {(a, b): per_location[a] + per_location[b]
+            for i, a in enumerate(locs) for b in locs[i + 1:]}
+
+
+def _slow_tablets(snapshot: ClusterSnapshot, pairs: Mapping[tuple[str, str], float],
+                  max_ms: float) -> list[dict[str, Any]]:
+    """Tablets with replicas in two locations farther apart than ``max_ms``: the worst pair."""
+    by_uuid = snapshot.tserver_by_uuid
+    out = []
+    for table in sorted(snapshot.tables, key=lambda t: t.name):
+        for tablet in snapshot.tablets_by_table.get(table.table_id, ()):
+            locs = sorted({(ts.location or NO_LOCATION_TEXT) for r in tablet.replicas
+                           if (ts := by_uuid.get(r.ts_uuid)) is not None})
+            spans = [(pairs[(a, b)], a, b) for i, a in enumerate(locs) for b in locs[i + 1:]
+                     if (a, b) in pairs]
+            worst = max(spans, default=None)
+            if worst is not None and worst[0] > max_ms:
+                ms, a, b = worst
+                out.append({"Tablet": tablet.tablet_id, "Table": table.name,
+                            "Locations": f"{a}, {b}", "Round trip (ms)": round(ms, 1)})
+    return out
+
+
 def ksck(
     snapshot: ClusterSnapshot,
     *,
@@ -110,9 +186,14 @@ def ksck(
     max_latency_ms: float = 5.0,
     max_loss: float = 0.01,
     liveness_known: bool = True,
+    round_trips: Mapping[str, RoundTripStats] | None = None,
+    max_round_trip_ms: float = DEFAULT_MAX_ROUND_TRIP_MS,
 ) -> KsckResult:
     """Check the cluster. ``links`` maps a pair of locations to its measured link;
-    ``liveness_known=False`` reports servers as UNKNOWN (see the module docstring)."""
+    ``liveness_known=False`` reports servers as UNKNOWN (see the module docstring);
+    ``round_trips`` maps tablet servers to their clients' round-trip estimates, and tablets
+    with replicas in two locations more than ``max_round_trip_ms`` apart are warned about
+    (:func:`location_round_trips`)."""
     servers = [
         {
             "UUID": ts.uuid,
@@ -162,8 +243,24 @@ def ksck(
                 f"unreliable connection between locations {a} and {b}: {st.loss:.1%} of "
                 f"probes lost (threshold {max_loss:.1%})"
             )
+    rtts = round_trips or {}
+    rtt_rows = [
+        {
+            "UUID": ts.uuid,
+            "Location": ts.location or NO_LOCATION_TEXT,
+            "Round trip (ms)": round(est.ms, 1),
+            "Samples": est.samples,
+            "Age (s)": round(est.age_s, 1),
+        }
+        for ts in sorted(snapshot.tservers, key=lambda t: t.uuid)
+        if (est := rtts.get(ts.uuid)) is not None
+    ]
+    pairs = location_round_trips(snapshot, rtts)
+    pair_rows = [{"Location A": a, "Location B": b, "Round trip (ms)": round(ms, 1)}
+                 for (a, b), ms in sorted(pairs.items())]
     return KsckResult(servers, locations, tables, unhealthy, find_violations(snapshot), warnings,
-                      liveness_known)
+                      liveness_known, rtt_rows, pair_rows,
+                      _slow_tablets(snapshot, pairs, max_round_trip_ms), max_round_trip_ms)
 
 
 def _violation_rows(violations: Sequence[Violation]) -> list[dict[str, Any]]:
@@ -197,6 +294,10 @@ def format_ksck(result: KsckResult, fmt: str = "text") -> str:
                 "placement_policy_violations": _violation_rows(result.violations),
                 "violating_tablets": sorted({v.tablet_id for v in result.violations}),
                 "warnings": result.link_warnings,
+                "round_trips": result.round_trips,
+                "location_round_trips": result.location_round_trips,
+                "max_round_trip_ms": result.max_round_trip_ms,
+                "slow_tablets": result.slow_tablets,
                 "liveness_known": result.liveness_known,
                 "ok": result.ok,
             },
@@ -211,7 +312,13 @@ def format_ksck(result: KsckResult, fmt: str = "text") -> str:
         "",
         "Summary by table",
         _table(result.tables),
+        "",
+        "Round trips from the driver (replication rounds)",
+        _table(result.round_trips) if result.round_trips else "  none reported",
     ]
+    if result.location_round_trips:
+        parts += ["", "Round trips between locations (through the driver)",
+                  _table(result.location_round_trips)]
     if result.unhealthy_tablets:
         parts += ["", "Unhealthy tablets", _table(result.unhealthy_tablets)]
     if result.violations:
@@ -225,6 +332,10 @@ def format_ksck(result: KsckResult, fmt: str = "text") -> str:
             )
             fix = "" if v.avoidable else " (cannot be fixed with the live tablet servers)"
             parts.append(f"  tablet {v.tablet_id}: {what}{fix}")
+    if result.slow_tablets:
+        parts += ["", f"WARNING: {len(result.slow_tablets)} tablet(s) have replicas in "
+                      f"locations whose round trip exceeds {result.max_round_trip_ms:g} ms:",
+                  _table(result.slow_tablets)]
     for w in result.link_warnings:
         parts.append(f"WARNING: {w}")
     if not result.liveness_known:

@@ -13,7 +13,8 @@ Connection (options added by :func:`add_connection_args`):
   the catalog cannot be changed.
 
 The verbs read a :class:`ClusterState`: the catalog's tables, tablets and tablet servers,
-which servers are live (None when unknown) and the health of every master. It becomes the
+which servers are live (None when unknown), the health of every master and the round-trip
+estimates clients reported with their heartbeats (none offline). It becomes the
 :class:`~pyspark_kudu.master.topology.ClusterSnapshot` that ksck, the rebalancer and the
 listings share (:meth:`ClusterState.snapshot`, which reuses the master's own
 :func:`~pyspark_kudu.master.ddl.cluster_snapshot`). From running masters it is assembled from
@@ -35,7 +36,7 @@ import os
 import stat
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pyspark_kudu.errors import (
@@ -54,6 +55,7 @@ from pyspark_kudu.master.ddl import cluster_snapshot
 from pyspark_kudu.master.entities import TableMeta, TabletMeta, TServerMeta
 from pyspark_kudu.master.pmap import PMap
 from pyspark_kudu.master.topology import ClusterSnapshot, Table, Tablet
+from pyspark_kudu.tools.cluster import RoundTripStats
 from pyspark_kudu.tools.offline import read_catalog_dir
 from pyspark_kudu.tools.tabular import FORMATS
 
@@ -196,12 +198,14 @@ class MasterHealth:
 
 @dataclass(frozen=True)
 class ClusterState:
-    """A catalog as read by a verb; ``live`` is None when liveness is unknown (offline)."""
+    """A catalog as read by a verb; ``live`` is None when liveness is unknown (offline);
+    ``round_trips``: per tablet server, the latest round-trip estimate a client reported."""
 
     catalog: Catalog
     live: frozenset[str] | None
     masters: tuple[MasterHealth, ...]
     source: str
+    round_trips: Mapping[str, RoundTripStats] = field(default_factory=dict)
 
     @property
     def liveness_known(self) -> bool:
@@ -272,7 +276,11 @@ class RemoteSource:
             except NotFoundError:
                 continue  # dropped since it was listed
         live = frozenset(str(d["uuid"]) for d in tservers if d.get("live"))
-        return ClusterState(catalog_of(tables, tservers), live, health, self.describe())
+        rtts = {str(d["uuid"]): RoundTripStats(float(d["round_trip_ms"]),
+                                               int(d.get("round_trip_samples", 0)),
+                                               float(d.get("round_trip_age_s", 0.0)))
+                for d in tservers if d.get("round_trip_ms") is not None}
+        return ClusterState(catalog_of(tables, tservers), live, health, self.describe(), rtts)
 
     def _masters(self) -> tuple[MasterHealth, ...]:
         out = []

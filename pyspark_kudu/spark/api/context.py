@@ -225,7 +225,8 @@ class KuduContext(WritePath, ReplicaManagement):
         self._closed = False
         self.liveness = LivenessReporter(
             self.master, [s.meta() for s in self.servers],
-            self._live_hosts, interval_s=heartbeat).start()
+            self._live_hosts, interval_s=heartbeat,
+            round_trips=self.transport.host_rtt).start()
         # format("kudu") for this session: a loopback service its data source calls.
         self.session_service = register(self)
         self.client_id = uuid.uuid4().hex[:16]

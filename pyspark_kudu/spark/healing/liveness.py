@@ -6,7 +6,10 @@ knows that from the block manager (:func:`~pyspark_kudu.spark.pinned.executor_ho
 has an executor, to every master (through
 :class:`~pyspark_kudu.master.heartbeater.TabletServerHeartbeater`, so a new master leader
 gets full reports). A server whose executor is gone is simply not heartbeated: the master
-sees it go quiet, which is what its failure detection and re-replication act on.
+sees it go quiet, which is what its failure detection and re-replication act on. Each
+heartbeat also carries this driver's round-trip estimate to the server's host, when its
+replication rounds have one (``round_trips``, :mod:`~pyspark_kudu.spark.replication.latency`),
+for ``cluster ksck``.
 
 Known limit: tablet servers are discovered when the ``KuduContext`` starts; an executor
 host that appears later is not registered until a new context starts.
@@ -18,12 +21,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from pyspark_kudu.errors import KuduError
 from pyspark_kudu.master.client import MasterClient
 from pyspark_kudu.master.entities import TServerMeta
 from pyspark_kudu.master.heartbeater import TabletServerHeartbeater
+from pyspark_kudu.spark.replication.latency import RoundTrip
 
 __all__ = ["LivenessReporter"]
 
@@ -34,10 +38,12 @@ class LivenessReporter:
     """Heartbeats the tablet servers whose hosts ``live_hosts()`` names."""
 
     def __init__(self, client: MasterClient, servers: Sequence[TServerMeta],
-                 live_hosts: Callable[[], set[str]], interval_s: float = 1.0) -> None:
+                 live_hosts: Callable[[], set[str]], interval_s: float = 1.0,
+                 round_trips: Callable[[], Mapping[str, RoundTrip]] | None = None) -> None:
         self._beaters = [TabletServerHeartbeater(client, s, interval_s=interval_s)
                          for s in servers]
         self._live_hosts = live_hosts
+        self._round_trips = round_trips or dict
         self.interval_s = interval_s
         self.rounds = 0
         self.last_live: set[str] = set()
@@ -64,9 +70,12 @@ class LivenessReporter:
     def beat_once(self) -> set[str]:
         """One round; returns the UUIDs of the tablet servers heartbeated."""
         hosts = self._live_hosts()
+        rtt = self._round_trips()
         beaten = set()
         for b in self._beaters:
             if b.tserver.host in hosts:
+                est = rtt.get(b.tserver.host)
+                b.round_trip = None if est is None else est.to_dict()
                 b.heartbeat_once()
                 beaten.add(b.tserver.uuid)
         self.rounds += 1

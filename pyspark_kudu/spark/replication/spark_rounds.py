@@ -37,6 +37,9 @@ and a round that has any becomes one job of two stages, a pinned map stage on th
 hosts and the barrier stage zipped with the shuffle that delivers the batches to every
 replica's host (:mod:`pyspark_kudu.spark.host.dataplane`, :meth:`SparkTransport.run`).
 
+Every round is also a sample of the driver's round trip to each of its hosts
+(:meth:`SparkTransport.host_rtt`, :mod:`~pyspark_kudu.spark.replication.latency`).
+
 Thread-safety: ``SparkTransport.run`` may be called from several driver threads (Spark
 schedules concurrent jobs); the registry is read-only after construction.
 """
@@ -70,6 +73,7 @@ from pyspark_kudu.spark.host.round_tasks import (
     where,
 )
 from pyspark_kudu.spark.pinned import executor_hosts, pinned_rdd
+from pyspark_kudu.spark.replication.latency import RoundTrip, RoundTrips, spark_task_delays
 from pyspark_kudu.wal import WalOptions
 
 __all__ = ["DEFAULT_ROUND_TIMEOUT_S", "SparkTransport", "TabletServerLocation", "root_cause"]
@@ -157,6 +161,12 @@ class SparkTransport:
         self.last_error = ""
         self._suspects: dict[str, float] = {}  # host -> monotonic time it stops being one
         self._suspects_lock = threading.Lock()
+        self.round_trips = RoundTrips(spark_task_delays(sc))
+
+    def host_rtt(self) -> dict[str, RoundTrip]:
+        """The driver's round-trip estimate to each host that served a round
+        (:mod:`~pyspark_kudu.spark.replication.latency`)."""
+        return self.round_trips.estimates()
 
     def suspect_hosts(self) -> set[str]:
         """Hosts that did not answer a probe after a timed-out round, for ``suspect_s``."""
@@ -225,6 +235,10 @@ class SparkTransport:
                     if misplaced:
                         _log.warning("tablet server %s: %s", ts, misplaced)
                     result[ts] = resps
+            # A sample per host of the barrier stage; a misplaced task is none of its own.
+            self.round_trips.note_round(group, [
+                "" if any(m for _, _, m in host_results) else task.host
+                for (task, _), host_results in zip(tasks, collected, strict=True)])
         finally:
             done.set()
         if timed_out.is_set() and not self._local:
