@@ -19,9 +19,10 @@ Where each piece runs (DESIGN §4) and what it does:
   them as encoded write batches on its host
   (:func:`~pyspark_kudu.spark.host.dataplane.stage_batches`), returning small refs in its
   commit message (or, when its batches total at most ``kudu.smallWriteBytes``, the
-  batches themselves: the small-write path, one round without a shuffle). ``commit()`` runs in *another* Python worker on the driver host and hands
-  the refs to the session service, which replicates them through the context's leaders
-  (one round per tablet, majority-committed) and removes the staging. ``abort()`` only
+  batches themselves: the small-write path, one round without a shuffle). ``commit()``
+  runs in *another* Python worker on the driver host and hands the refs to the session
+  service, which replicates them through the context's leaders (one round per tablet,
+  majority-committed) and removes the staging. ``abort()`` only
   removes the staging: nothing staged is visible before it is committed. A failing task
   removes what it staged on its own host.
 - **Reads**: one Spark partition per tablet left after pruning with the pushed predicates,

@@ -19,7 +19,7 @@ from typing import Any, Protocol, TypeVar
 
 from pyspark_kudu.consensus.messages import Message
 from pyspark_kudu.consensus.raft import RaftNode, Ready
-from pyspark_kudu.errors import KuduError, RoundFailedError
+from pyspark_kudu.errors import FencedError, KuduError, RoundFailedError
 from pyspark_kudu.spark.host.handlers import (
     PeerRequest,
     PeerResponse,
@@ -33,7 +33,27 @@ from pyspark_kudu.spark.replication.peer_transport import (
 )
 from pyspark_kudu.tablet import WriteResult
 
-__all__ = ["RoundLeader", "collect_results", "elect_all", "replicate", "run_round"]
+__all__ = ["RoundLeader", "UncommittedError", "collect_results", "elect_all", "replicate",
+           "run_round"]
+
+
+class UncommittedError(RoundFailedError):
+    """A leader's round failed with its batches not (known to be) committed.
+
+    ``positions``: each batch's (index, term) in the leader's log, or None if nothing was
+    proposed (the leader had already failed). A proposed batch commits later only if the
+    leader of a newer term holds it at that index *and* term (Log Matching); once that
+    leader committed an entry of its own term, a batch it does not hold never commits
+    (:meth:`~pyspark_kudu.spark.api.writes.WritePath` resolves it that way)."""
+
+    def __init__(self, message: str, positions: Sequence[tuple[int, int]] | None) -> None:
+        super().__init__(message)
+        self.positions = None if positions is None else list(positions)
+
+    def part(self, offset: int, n: int) -> UncommittedError:
+        """The same failure for ``n`` of the batches, from ``offset``."""
+        return UncommittedError(str(self), None if self.positions is None
+                                else self.positions[offset:offset + n])
 
 
 class _Tablet(Protocol):
@@ -210,6 +230,11 @@ def replicate(transport: PeerTransport, proposals: Mapping[L, Sequence[bytes]]
     for lead, batches in proposals.items():
         try:
             positions[lead] = lead.stage_proposals(batches)
+        except (RoundFailedError, FencedError) as e:
+            # No leader any more (an earlier round of this leader failed, e.g. the settle
+            # round after its host died): nothing was proposed.
+            results[lead] = UncommittedError(str(e), None)
+            continue
         except KuduError as e:
             results[lead] = e
             continue
@@ -224,7 +249,9 @@ def replicate(transport: PeerTransport, proposals: Mapping[L, Sequence[bytes]]
                 # Nothing in flight but not committed: a heartbeat makes followers answer.
                 node.broadcast_heartbeat()
         errors = run_round(transport, pending)
-        results.update(errors)
+        results.update({lead: UncommittedError(str(e), positions[lead])
+                        if isinstance(e, RoundFailedError) else e
+                        for lead, e in errors.items()})
         pending = [lead for lead in pending
                    if lead not in errors and not lead.committed(want[lead])]
     for lead in want:
@@ -233,10 +260,11 @@ def replicate(transport: PeerTransport, proposals: Mapping[L, Sequence[bytes]]
         if lead.committed(want[lead]):
             results[lead] = positions[lead]
         else:
-            results[lead] = RoundFailedError(
+            results[lead] = UncommittedError(
                 f"tablet {lead.tablet.tablet_id}: entries up to {want[lead]} did not reach a "
                 f"majority of voters {lead.tablet.voters} "
-                f"(commit index {lead.node.commit_index if lead.node else 'unknown'})")
+                f"(commit index {lead.node.commit_index if lead.node else 'unknown'})",
+                positions[lead])
     return results
 
 

@@ -122,6 +122,7 @@ class TabletLeader(LeaderMembership):
         self._transport = transport
         self._rng = random.Random(seed)
         self.node: RaftNode | None = None
+        self._elected: tuple[int, tuple[int, int], dict[int, int]] = (0, (0, 0), {})
         # The driver's mirror of the leader replica's log (what L has durably): the Storage
         # its RaftNode reads. It starts at L's commit index (see _leader_view).
         self._view = MemoryStorage()
@@ -171,6 +172,10 @@ class TabletLeader(LeaderMembership):
     def begin_election(self, state: ReplicaState) -> tuple[Ready, PeerRequest]:
         """Become candidate over L's durable state; returns the Ready and L's self-vote."""
         self._view = _leader_view(state)
+        # What L's log held when it stood: lets a writer whose round failed under the
+        # previous leader learn which of its entries this leader carries (terms_at).
+        self._elected = (state.last_index, (state.hard_state.commit, state.commit_term),
+                         {e.index: e.term for e in state.tail})
         self.node = node = RaftNode(Config(
             id=self.leader_id, storage=self._view, applied=state.hard_state.commit,
             rng=self._rng, max_size_per_msg=None, pre_vote=False, check_quorum=False,
@@ -260,6 +265,40 @@ class TabletLeader(LeaderMembership):
         if not set(indexes) <= self._results.keys():
             return None
         return {i: self._results.pop(i) for i in sorted(set(indexes))}
+
+    def terms_at(self, indexes: Sequence[int]) -> dict[int, int | None]:
+        """The term of L's log entry at each of ``indexes`` when L was elected (None: L's
+        log did not reach the index). Entries the election's state did not carry are read
+        from L's log (one request). Call after this leader was elected, on the thread that
+        runs its rounds.
+
+        Raises:
+            RoundFailedError: L's log could not be read (e.g. compacted past the index).
+        """
+        last, (commit, commit_term), tail = self._elected
+        out: dict[int, int | None] = {}
+        ask: list[int] = []
+        for i in indexes:
+            if i > last:
+                out[i] = None
+            elif i in tail:
+                out[i] = tail[i]
+            elif i == commit:
+                out[i] = commit_term
+            else:
+                ask.append(i)
+        lo, hi = (min(ask), max(ask) + 1) if ask else (0, 0)
+        while lo < hi:
+            resp = self._run_one(self.leader_id, PeerRequest(
+                RequestKind.READ_ENTRIES, self.tablet.tablet_id, self.leader_id, lo=lo, hi=hi,
+                as_refs=True))
+            if not resp.entries:
+                raise RoundFailedError(
+                    f"tablet {self.tablet.tablet_id}: replica {self.leader_id} returned no "
+                    f"log entry from index {lo}")
+            out.update((e.index, e.term) for e in resp.entries if e.index in ask)
+            lo = resp.entries[-1].index + 1
+        return out
 
     def committed(self, index: int) -> bool:
         return self.node is not None and self.node.commit_index >= index

@@ -32,7 +32,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark_kudu.errors import IllegalStateError, KuduError
-from pyspark_kudu.spark.replication.multitablet import collect_results, replicate, run_round
+from pyspark_kudu.spark.replication.multitablet import (
+    UncommittedError,
+    collect_results,
+    replicate,
+    run_round,
+)
 from pyspark_kudu.spark.replication.peer_transport import PeerTransport
 from pyspark_kudu.spark.replication.tablet_leader import TabletLeader
 from pyspark_kudu.tablet import WriteResult
@@ -230,7 +235,9 @@ class ReplicationService:
             per_row = row_results.get(lead, {})
             offset = 0
             for w in ws:
-                if isinstance(res, Exception):
+                if isinstance(res, UncommittedError):  # each write gets its batches' part
+                    w.future.set_exception(res.part(offset, len(w.batches)))
+                elif isinstance(res, Exception):
                     w.future.set_exception(res)
                 elif w.want_results and isinstance(per_row, Exception):
                     w.future.set_exception(per_row)

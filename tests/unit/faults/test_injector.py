@@ -121,7 +121,9 @@ def test_corruption_waits_for_an_acknowledged_group_then_strikes_and_is_detected
     log.close()
     wait_until(lambda: _record(inj, 0).get("start") is not None, PATIENCE_S,
                "the corruption being applied")
-    assert not set(before) & set(executor_pids(cluster, host)), "its executor was killed"
+    # The record's start comes first; the SIGKILL and its delivery follow.
+    wait_until(lambda: not set(before) & set(executor_pids(cluster, host)), PATIENCE_S,
+               f"the executor on {host} being killed after the corruption")
     io = FileIO(str(cluster.data_root(host))).child("tablets", "t1")
     with pytest.raises(CorruptionError) as e:
         _wal(cluster, host, "t1")  # what the replica's next open meets
