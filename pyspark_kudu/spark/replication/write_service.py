@@ -42,11 +42,19 @@ from pyspark_kudu.spark.replication.peer_transport import PeerTransport
 from pyspark_kudu.spark.replication.tablet_leader import TabletLeader
 from pyspark_kudu.tablet import WriteResult
 
-__all__ = ["ReplicationService", "WriteOutcome", "WriteProgress", "WriteSummary"]
+__all__ = ["DEFAULT_SETTLE_DELAY_S", "ReplicationService", "WriteOutcome", "WriteProgress",
+           "WriteSummary"]
 
 
 WriteOutcome = list[tuple[int, int, WriteResult | None]]
 """Per batch: (index, term, per-row result or None if results were not asked for)."""
+
+
+DEFAULT_SETTLE_DELAY_S = 2.0
+"""Idle time before a commit-only round tells replicas the commit index. A write that
+arrives while that round runs waits for it, so it is not short: with 0.5 s, writes one
+second apart each waited for one (``benchmarks/replication.py``). Scans do not need it
+(they apply what they know is committed, ``handlers.catch_up``)."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +93,8 @@ class _Call:
 class ReplicationService:
     """Runs rounds for queued writes on a background thread until :meth:`close`."""
 
-    def __init__(self, transport: PeerTransport, settle_delay_s: float = 0.5) -> None:
+    def __init__(self, transport: PeerTransport,
+                 settle_delay_s: float = DEFAULT_SETTLE_DELAY_S) -> None:
         self._transport = transport
         self.settle_delay_s = settle_delay_s
         self._queue: list[_Write] = []
