@@ -276,8 +276,8 @@ def _report(r: dict[str, Any]) -> None:
     axes[2].bar(["kudu 10k upsert", "delta MERGE 10k"],
                 [vd["upsert_10000_p50_s"], vd["delta_merge_10000_p50_s"]])
     axes[2].set_ylabel("p50 s")
-    axes[2].set_title(f"10k upsert {vd['upsert_10000_vs_delta']:.2f}x delta (goal <= 0.5x); "
-                      f"16 writers {conc['ratio_16_vs_1']:.1f}x")
+    axes[2].set_title(f"10k upsert {vd['upsert_10000_vs_delta']:.2f}x MERGE (goal <= 0.5x)\n"
+                      f"16 writers vs 1: {conc['ratio_16_vs_1']:.1f}x (goal >= 8x)")
     fig.suptitle(f"table of {r['inputs']['table_rows']:,} rows, RF=3, "
                  f"{r['inputs']['workers']} workers; commit {r['commit'][:8]} {r['date']}")
     fig.tight_layout()
