@@ -42,12 +42,12 @@ from pyspark_kudu.spark.api.context import KuduContext
 from pyspark_kudu.spark.host.identity import current_host
 from pyspark_kudu.spark.host.replica_reader import TabletScan, read_tablet
 from pyspark_kudu.spark.pinned import pinned_rdd
-from pyspark_kudu.testing.benchdata import commit_id, five_columns
+from pyspark_kudu.testing.benchdata import commit_id, five_columns, rack_mapping
 from pyspark_kudu.testing.standalone_cluster import StandaloneCluster, cluster_session
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-MAPPING = f"{REPO / 'conf' / 'location_mapping.sh'} {REPO / 'conf' / 'topology.txt'}"
+MAPPING = rack_mapping(REPO)
 
 
 def _aggregate(df: DataFrame) -> tuple[Any, ...]:

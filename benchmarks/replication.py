@@ -47,13 +47,14 @@ from pyspark_kudu.testing.benchdata import (
     delta_merge,
     five_columns,
     keyed_schema,
+    rack_mapping,
     upsert_rows,
 )
 from pyspark_kudu.testing.standalone_cluster import StandaloneCluster, cluster_session
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-MAPPING = f"{REPO / 'conf' / 'location_mapping.sh'} {REPO / 'conf' / 'topology.txt'}"
+MAPPING = rack_mapping(REPO)
 TABLE = "bench"
 PAYLOAD = b"x" * 100
 LADDER = (100, 1_000, 10_000, 100_000)

@@ -65,13 +65,14 @@ from pyspark_kudu.testing.benchdata import (
     delta_merge,
     five_columns,
     keyed_schema,
+    rack_mapping,
     upsert_rows,
 )
 from pyspark_kudu.testing.standalone_cluster import StandaloneCluster, cluster_session
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-MAPPING = f"{REPO / 'conf' / 'location_mapping.sh'} {REPO / 'conf' / 'topology.txt'}"
+MAPPING = rack_mapping(REPO)
 _EXECUTOR_PY = ("pyspark_kudu.spark.host.daemon", "pyspark.daemon", "pyspark/worker",
                 "pyspark.worker")
 _SPLIT_TS = dt.datetime(2026, 6, 1, tzinfo=dt.timezone.utc)

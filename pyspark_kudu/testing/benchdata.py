@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
 __all__ = ["commit_id", "delta_copy", "delta_merge", "five_columns", "keyed_schema",
-           "upsert_rows"]
+           "rack_mapping", "upsert_rows"]
 
 
 def five_columns(spark: SparkSession, n: int, parts: int) -> DataFrame:
@@ -35,6 +35,12 @@ def five_columns(spark: SparkSession, n: int, parts: int) -> DataFrame:
 def keyed_schema(df: DataFrame, key: str = "id") -> StructType:
     """``df``'s schema with only ``key`` non-nullable (a Kudu table's primary key)."""
     return StructType([StructField(f.name, f.dataType, f.name != key) for f in df.schema])
+
+
+def rack_mapping(repo: Path) -> str:
+    """The location mapping command that puts the test cluster's hosts in three racks
+    (``conf/location_mapping.sh`` over ``conf/topology.txt``)."""
+    return f"{repo / 'conf' / 'location_mapping.sh'} {repo / 'conf' / 'topology.txt'}"
 
 
 def commit_id(repo: Path) -> str:
