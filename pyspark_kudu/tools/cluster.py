@@ -113,7 +113,9 @@ class KsckResult:
             not self.unhealthy_tablets
             and not self.violations
             and not self.link_warnings
-            and not self.slow_tablets
+            # Slow location pairs are advisory: the estimate includes Spark's scheduling,
+            # which load raises on every host alike (30 ms per loopback host was measured
+            # on a busy 2-core machine), so it warns but does not fail the check.
             and all(t["Status"] in (HEALTHY, UNKNOWN) for t in self.tservers)
         )
 
@@ -334,7 +336,8 @@ def format_ksck(result: KsckResult, fmt: str = "text") -> str:
             parts.append(f"  tablet {v.tablet_id}: {what}{fix}")
     if result.slow_tablets:
         parts += ["", f"WARNING: {len(result.slow_tablets)} tablet(s) have replicas in "
-                      f"locations whose round trip exceeds {result.max_round_trip_ms:g} ms:",
+                      f"locations whose round trip exceeds {result.max_round_trip_ms:g} ms "
+                      f"(advisory: the estimates include Spark's scheduling delay):",
                   _table(result.slow_tablets)]
     for w in result.link_warnings:
         parts.append(f"WARNING: {w}")

@@ -69,21 +69,22 @@ def test_estimates_with_too_few_samples_do_not_count_for_their_location() -> Non
 
 def test_tablets_spanning_a_slow_pair_of_locations_are_warned_with_their_worst_pair() -> None:
     result = ksck(three_racks(), round_trips=FAR_C)
-    assert not result.ok
+    assert result.ok  # advisory: a warning, not a failed check
     # y (/a, /b, /d) is fine; x spans /c.
     assert result.slow_tablets == [
         {"Tablet": "x", "Table": "t", "Locations": "/b, /c", "Round trip (ms)": 66.0}]
     lines = format_ksck(result).splitlines()
     at = lines.index("WARNING: 1 tablet(s) have replicas in locations whose round trip "
-                     f"exceeds {DEFAULT_MAX_ROUND_TRIP_MS:g} ms:")
+                     f"exceeds {DEFAULT_MAX_ROUND_TRIP_MS:g} ms (advisory: the estimates "
+                     f"include Spark's scheduling delay):")
     assert [c.strip() for c in lines[at + 1].split("|")] == [
         "Tablet", "Table", "Locations", "Round trip (ms)"]
     assert [c.strip() for c in lines[at + 3].split("|")] == ["x", "t", "/b, /c", "66.0"]
-    assert lines[-1] == "=" * 18 and "ksck found issues" in lines
+    assert lines[-1] == "OK"
 
 
 def test_the_threshold_is_the_callers() -> None:
-    assert ksck(three_racks(), round_trips=FAR_C, max_round_trip_ms=70.0).ok
+    assert ksck(three_racks(), round_trips=FAR_C, max_round_trip_ms=70.0).slow_tablets == []
     tight = ksck(three_racks(), round_trips=FAR_C, max_round_trip_ms=8.0)
     assert [t["Tablet"] for t in tight.slow_tablets] == ["x", "y"]
 
@@ -101,7 +102,7 @@ def test_round_trips_are_printed_per_server_and_between_locations() -> None:
 
 def test_the_json_report_carries_the_same_round_trips() -> None:
     data = json.loads(format_ksck(ksck(three_racks(), round_trips=FAR_C), "json"))
-    assert data["ok"] is False and data["max_round_trip_ms"] == DEFAULT_MAX_ROUND_TRIP_MS
+    assert data["ok"] is True and data["max_round_trip_ms"] == DEFAULT_MAX_ROUND_TRIP_MS
     assert data["round_trips"][0] == {"UUID": "a-0", "Location": "/a", "Round trip (ms)": 3.0,
                                       "Samples": 32, "Age (s)": 0.5}
     assert {(p["Location A"], p["Location B"]): p["Round trip (ms)"]
@@ -181,7 +182,7 @@ def test_round_timings_reach_ksck_through_the_heartbeats_and_a_far_rack_is_warne
     assert state.round_trips["ts2"].samples == len(LOOPBACK_MS)
     ok, out = ksck_report(state, "json")
     data = json.loads(out)
-    assert not ok and data["ok"] is False
+    assert ok and data["ok"] is True  # warned about below, advisory
     assert {(p["Location A"], p["Location B"]): p["Round trip (ms)"]
             for p in data["location_round_trips"]} == {
         ("/dc1/rack1", "/dc1/rack2"): 6.0, ("/dc1/rack1", "/dc1/rack3"): 51.0,
@@ -191,6 +192,7 @@ def test_round_timings_reach_ksck_through_the_heartbeats_and_a_far_rack_is_warne
         tb.tablet_id for tb in racked.get_table("events").tablets)
     ok, text = ksck_report(state, max_round_trip_ms=60.0)
     assert ok and "Round trips between locations (through the driver)" in text, text
+    assert "round trip exceeds" not in text, text
 
 
 def test_a_heartbeat_without_an_estimate_keeps_the_last_one(racked: MasterClient) -> None:
