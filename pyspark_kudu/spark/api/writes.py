@@ -12,7 +12,6 @@ looked up and elected under the context's lock.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import threading
@@ -37,6 +36,7 @@ from pyspark_kudu.errors import (
 from pyspark_kudu.master.client import MasterClient, TableLocations
 from pyspark_kudu.master.records import TabletReport
 from pyspark_kudu.partitioning import Partitioner, PartitionSchema
+from pyspark_kudu.spark.api.ride_through import MAY_FAIL_PER_ROW, RideThrough
 from pyspark_kudu.spark.api.source_options import OPERATIONS, check_write_columns
 from pyspark_kudu.spark.host.dataplane import (
     SMALL_WRITE_BYTES,
@@ -62,7 +62,6 @@ from pyspark_kudu.spark.replication.write_service import (
     WriteProgress,
     WriteSummary,
 )
-from pyspark_kudu.tablet import OpType
 
 __all__ = ["WritePath"]
 
@@ -72,10 +71,8 @@ _MAX_BATCH_ROWS = 65536
 _SMALL_WRITE_TOTAL = 64 << 20  # bytes a small write may carry through the driver, in all
 
 
-_MAY_FAIL_PER_ROW = (int(OpType.INSERT), int(OpType.UPDATE), int(OpType.DELETE))
 _FORWARD_GRACE_S = 15.0  # past the lease: how long a forward that found no leader re-routes
 _FORWARD_RETRY_S = 0.5
-_RIDE_RETRY_S = 1.0  # between attempts to finish a tablet's part after a failed round
 
 
 class _Tally:
@@ -119,7 +116,7 @@ class _Tally:
                                         self.batches_total))
 
 
-class WritePath:
+class WritePath(RideThrough):
     """Writes of a ``KuduContext`` (see the module docstring)."""
 
     spark: SparkSession
@@ -135,9 +132,6 @@ class WritePath:
     _lock: threading.Lock
     _leaders: dict[str, TabletLeader]
     _failed_reported: set[tuple[str, str]]
-    #: How long a tablet's part of a write keeps trying after its round failed (a lost
-    #: leader host, a stage aborted by a dying executor) before the write raises.
-    ride_through_s: float = 60.0
 
     # -- writes ------------------------------------------------------------------------------
     def insert_rows(self, df: DataFrame, table: str) -> WriteSummary:
@@ -328,7 +322,7 @@ class WritePath:
             # Only insert, update and delete can fail per row; the others return once
             # committed, without waiting a round for the replicas' per-row results.
             fut = self._service.submit(leaders[tid], [r.entry_data() for r in batch_refs],
-                                       want_results=any(r.op in _MAY_FAIL_PER_ROW
+                                       want_results=any(r.op in MAY_FAIL_PER_ROW
                                                         for r in batch_refs))
             futures[fut] = (tid, batch_refs)
         failed = False
@@ -366,95 +360,6 @@ class WritePath:
             with self._lock:
                 now = [self._leaders.get(t, leaders[t]) for t in refs]
             self._report_commits(now)
-
-    def _ride_through(self, table: str, tid: str, refs: Sequence[Staged],
-                      err: UncommittedError) -> WriteOutcome:
-        """Finish a tablet's part of a write whose round failed (its leader replica's host
-        died, or the round's stage failed as a whole), within ``ride_through_s``.
-
-        Each attempt elects a leader among the reachable voters and asks which of the
-        write's entries its log holds at their index *and* term: those commit with the next
-        entry this leader commits; the others can never commit (Log Matching), so they are
-        proposed again, or an empty entry is when there is none. Only once that commit
-        returned is a batch's outcome settled; a failure before leaves it to the next
-        attempt. So each batch is applied exactly once. A write that needs per-row results
-        (insert, update, delete) and had entries committed under the lost leader cannot
-        report their rows' results: it fails as "outcome unknown", as before.
-
-        Raises:
-            RoundFailedError: no leader could commit for ``ride_through_s`` (the error names
-                the tablet, its voters' hosts and the unreachable ones), a batch's staging
-                host is gone, or the per-row results are unknown (see above).
-        """
-        deadline = time.monotonic() + self.ride_through_s
-        positions: list[tuple[int, int] | None] = (
-            [None] * len(refs) if err.positions is None else list(err.positions))
-        want_results = any(r.op in _MAY_FAIL_PER_ROW for r in refs)
-        last: KuduError = err
-        while time.monotonic() < deadline:
-            try:
-                lead = self._leaders_for(self.master.get_table(table), [tid])[tid]
-                known = [p[0] for p in positions if p is not None]
-                terms = (self._service.call(functools.partial(lead.terms_at, known)).result()
-                         if known else {})
-            except (RoundFailedError, NotLeaderError) as e:
-                last = e
-                self._retry_pause(tid)
-                continue
-            held = [p is not None and terms.get(p[0]) == p[1] for p in positions]
-            if want_results and any(held):
-                raise RoundFailedError(
-                    f"table {table}: tablet {tid} lost its leader during the write and some "
-                    f"of its batches committed without per-row results, so the outcome of "
-                    f"their rows is unknown: retry the write") from err
-            redo = [k for k, h in enumerate(held) if not h]
-            gone = [r.host for k in redo if isinstance(r := refs[k], StagedRef)
-                    and r.host in self._unreachable_hosts()]
-            if gone:
-                raise RoundFailedError(
-                    f"table {table}: tablet {tid}: batches staged on {gone[0]} were lost with "
-                    f"its executor before they committed; retry the write") from err
-            try:
-                done = self._service.submit(
-                    lead, [refs[k].entry_data() for k in redo] or [b""],
-                    want_results=want_results).result()
-            except UncommittedError as e:
-                again: list[tuple[int, int] | None] = (
-                    [None] * len(redo) if e.positions is None else list(e.positions))
-                for k, p in zip(redo, again, strict=True):
-                    positions[k] = p
-                last = e
-                self._retry_pause(tid)
-                continue
-            except RoundFailedError as e:
-                last = e
-                self._retry_pause(tid)
-                continue
-            out: WriteOutcome = [(p[0], p[1], None) if p is not None else (0, 0, None)
-                                 for p in positions]
-            for k, got in zip(redo, done, strict=False):  # done: [b""]'s when redo is empty
-                out[k] = got
-            _log.info("table %s: tablet %s rode through a failed round (%d of %d batches "
-                      "proposed again)", table, tid, len(redo), len(refs))
-            return out
-        voters = self.master.get_table(table).tablets
-        hosts = {s.uuid: s.host for s in self.servers}
-        members = next((t.voters for t in voters if t.tablet_id == tid), ())
-        raise RoundFailedError(
-            f"table {table}: tablet {tid} had no leader that could commit for "
-            f"{self.ride_through_s:g} s (voters on {sorted(hosts.get(v, v) for v in members)}; "
-            f"unreachable now: {sorted(self._unreachable_hosts())}); last error: "
-            f"{last}. Its rows may or may not have been applied, so retry the write (an "
-            f"upsert retry is harmless)")
-
-    def _retry_pause(self, tid: str) -> None:
-        with self._lock:
-            self._leaders.pop(tid, None)  # elect again: maybe among other voters
-        time.sleep(_RIDE_RETRY_S)
-
-    def _unreachable_hosts(self) -> set[str]:
-        down = self.transport.unreachable()
-        return {s.host for s in self.servers if s.uuid in down}
 
     def _report_failed(self, leaders: Iterable[TabletLeader]) -> None:
         """Tell the master about replicas that answered "failed" (corrupt files, full disk):
