@@ -3,8 +3,11 @@ the replicas' hosts, read back through pinned scans."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+import shutil
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark import SparkContext
@@ -14,8 +17,10 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from pyspark_kudu.errors import RoundFailedError
 from pyspark_kudu.partitioning import HashDimension, PartitionSchema
 from pyspark_kudu.spark.api.context import KuduContext
+from pyspark_kudu.spark.host.dataplane import Staged, StagedRef
 from pyspark_kudu.spark.host.handlers import read_writers
 from pyspark_kudu.spark.pinned import executor_hosts
+from pyspark_kudu.spark.replication.write_service import WriteSummary
 from pyspark_kudu.testing.standalone_cluster import StandaloneCluster
 from tests.waiting import wait_until
 
@@ -92,6 +97,46 @@ def test_a_write_rides_through_the_loss_of_its_leaders_host(
         assert got == [(i, "a") for i in range(25)] + rows
     finally:
         _restart(standalone_cluster, sc, [victim])
+
+
+def test_batches_staged_on_a_host_lost_before_the_round_are_staged_again(
+    cluster_spark: SparkSession, standalone_cluster: StandaloneCluster, kudu: KuduContext,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The worker that staged some of a write's batches dies after staging, before they
+    were replicated: the write stages those input partitions again from the DataFrame's
+    lineage on live executors and returns with every row there exactly once."""
+    caplog.set_level(logging.WARNING, logger="pyspark_kudu.spark.api.ride_through")
+    sc = cluster_spark.sparkContext
+    kudu.create_table("restage", STRUCT, keys=["id"],
+                      partitioning=PartitionSchema((HashDimension(("id",), 2),)))
+    rows = [(i, f"v{i}") for i in range(120)]
+    df = cluster_spark.createDataFrame(sc.parallelize(rows, 6), STRUCT)
+    real = kudu.commit_staged
+    victims: list[str] = []
+
+    def kill_a_staging_host(table: str, staged: Sequence[Staged], *args: Any, **kw: Any
+                            ) -> WriteSummary:
+        hosts = sorted({r.host for r in staged if isinstance(r, StagedRef)})
+        assert hosts, "the write staged no file (it should not take the small-write path)"
+        victims.append(hosts[0])
+        standalone_cluster.kill_worker(hosts[0])
+        wait_until(lambda: hosts[0] not in executor_hosts(sc), 60,
+                   f"the driver noticing the executor loss on {hosts[0]}", poll_s=0.2)
+        # The test hosts share one disk: a task on another host could still read the dead
+        # host's files, which a real lost host's disk would not allow.
+        shutil.rmtree(standalone_cluster.data_root(hosts[0]) / "staging")
+        return real(table, staged, *args, **kw)
+
+    monkeypatch.setattr(kudu, "commit_staged", kill_a_staging_host)
+    try:
+        summary = kudu.write(df, "restage", "upsert", small_write_bytes=0)
+        assert summary.rows_written == 120 and summary.row_errors == 0, summary
+        assert "staged again" in caplog.text, caplog.text
+        got = sorted(tuple(r) for r in kudu.read_table("restage").collect())
+        assert got == rows
+    finally:
+        _restart(standalone_cluster, sc, victims)
 
 
 def test_a_write_without_a_live_majority_fails_naming_the_tablet_and_its_hosts(

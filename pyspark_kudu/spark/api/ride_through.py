@@ -20,7 +20,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pyspark_kudu.errors import KuduError, NotLeaderError, RoundFailedError
 from pyspark_kudu.master.client import MasterClient, TableLocations
@@ -31,12 +31,16 @@ from pyspark_kudu.spark.replication.tablet_leader import TabletLeader
 from pyspark_kudu.spark.replication.write_service import ReplicationService, WriteOutcome
 from pyspark_kudu.tablet import OpType, WriteResult
 
-__all__ = ["MAY_FAIL_PER_ROW", "RideThrough"]
+__all__ = ["MAY_FAIL_PER_ROW", "Restager", "RideThrough"]
 
 _log = logging.getLogger(__name__)
 
 #: The operations that can fail per row (their rounds wait for the replicas' results).
 MAY_FAIL_PER_ROW = (int(OpType.INSERT), int(OpType.UPDATE), int(OpType.DELETE))
+Restager = Callable[[Sequence[int], int], list[Staged]]
+"""Stages some input partitions' rows again for one tablet: (Spark partition ids of the
+DataFrame, the tablet's partition index) -> the new batches. :meth:`WritePath.write` gives
+one (it has the DataFrame's lineage)."""
 _RIDE_RETRY_S = 1.0  # between attempts to finish a tablet's part after a failed round
 
 
@@ -57,8 +61,9 @@ class RideThrough:
                      exclude: frozenset[str] = frozenset()) -> dict[str, TabletLeader]:
         raise NotImplementedError  # the write path's
 
-    def _ride_through(self, table: str, tid: str, refs: Sequence[Staged],
-                      err: UncommittedError) -> WriteOutcome:
+    def _ride_through(self, table: str, tid: str, staged: Sequence[Staged],
+                      err: UncommittedError, restage: Restager | None = None
+                      ) -> tuple[list[Staged], WriteOutcome]:
         """Finish a tablet's part of a write whose round failed (its leader replica's host
         died, or the round's stage failed as a whole), within ``ride_through_s``.
 
@@ -71,12 +76,18 @@ class RideThrough:
         (insert, update, delete) gets those of its held entries from the new leader
         replica, which applies them with the commit (:meth:`_held_results`).
 
+        Batches staged on a host that is gone and not held are staged again by ``restage``
+        (from the DataFrame's lineage, :meth:`_restage`) when the write has one. Returns
+        the tablet's batches (``staged``, with such replacements) and their outcomes.
+
         Raises:
             RoundFailedError: no leader could commit for ``ride_through_s`` (the error names
                 the tablet, its voters' hosts and the unreachable ones), a batch's staging
-                host is gone, or the per-row results are unknown (see above).
+                host is gone and it cannot be staged again, or the per-row results are
+                unknown (see above).
         """
         deadline = time.monotonic() + self.ride_through_s
+        refs = list(staged)
         positions: list[tuple[int, int] | None] = (
             [None] * len(refs) if err.positions is None else list(err.positions))
         want_results = any(r.op in MAY_FAIL_PER_ROW for r in refs)
@@ -93,12 +104,14 @@ class RideThrough:
                 continue
             held = [p is not None and terms.get(p[0]) == p[1] for p in positions]
             redo = [k for k, h in enumerate(held) if not h]
-            gone = [r.host for k in redo if isinstance(r := refs[k], StagedRef)
-                    and r.host in self._unreachable_hosts()]
-            if gone:
-                raise RoundFailedError(
-                    f"table {table}: tablet {tid}: batches staged on {gone[0]} were lost with "
-                    f"its executor before they committed; retry the write") from err
+            down = self._unreachable_hosts()
+            lost = [k for k in redo if isinstance(r := refs[k], StagedRef) and r.host in down]
+            if lost:
+                keep = [k for k in range(len(refs)) if k not in set(lost)]
+                refs = [refs[k] for k in keep] + self._restage(table, tid, refs, lost, held,
+                                                               restage)
+                positions = [positions[k] for k in keep] + [None] * (len(refs) - len(keep))
+                continue
             try:
                 done = self._service.submit(
                     lead, [refs[k].entry_data() for k in redo] or [b""],
@@ -124,7 +137,7 @@ class RideThrough:
                 out[k] = got
             _log.info("table %s: tablet %s rode through a failed round (%d of %d batches "
                       "proposed again)", table, tid, len(redo), len(refs))
-            return out
+            return refs, out
         voters = self.master.get_table(table).tablets
         hosts = {s.uuid: s.host for s in self.servers}
         members = next((t.voters for t in voters if t.tablet_id == tid), ())
@@ -134,6 +147,43 @@ class RideThrough:
             f"unreachable now: {sorted(self._unreachable_hosts())}); last error: "
             f"{last}. Its rows may or may not have been applied, so retry the write (an "
             f"upsert retry is harmless)")
+
+    def _restage(self, table: str, tid: str, refs: Sequence[Staged], lost: Sequence[int],
+                 held: Sequence[bool], restage: Restager | None) -> list[Staged]:
+        """The batches that replace ``refs[k]`` for ``k`` in ``lost`` (staged on hosts that
+        are gone, none of them committed): the rows of their input partitions, staged again
+        for this tablet by ``restage``. Only whole partitions are staged again, so a
+        partition of which some batch is held (it will commit) is not: its rows would be
+        applied twice.
+
+        Raises:
+            RoundFailedError: the batches cannot be staged again (no ``restage``, a file not
+                named after its partition, a partly held partition), or staging failed.
+        """
+        lost_refs = [r for k in lost if isinstance(r := refs[k], StagedRef)]
+        parts = {r.part for r in lost_refs}
+        partly_held = {r.part for r, h in zip(refs, held, strict=True)
+                       if h and isinstance(r, StagedRef)} & parts
+        where = sorted({r.host for r in lost_refs})
+        if restage is None or None in parts or partly_held:
+            why = ("this writer has no lineage to stage them again from" if restage is None
+                   else "some of their input partitions' batches committed already")
+            raise RoundFailedError(
+                f"table {table}: tablet {tid}: batches staged on {', '.join(where)} were lost "
+                f"with its executor before they committed, and {why}; retry the write")
+        tablet = lost_refs[0].tablet
+        try:
+            again = restage(sorted(p for p in parts if p is not None), tablet)
+        except Exception as e:
+            raise RoundFailedError(
+                f"table {table}: tablet {tid}: batches staged on {', '.join(where)} were lost "
+                f"with its executor, and staging their rows again failed ({e}); retry the "
+                f"write") from e
+        _log.warning("table %s: tablet %s: %d batches staged on %s were lost with its "
+                     "executor; input partitions %s staged again (%d batches)", table, tid,
+                     len(lost_refs), ", ".join(where), sorted(p for p in parts if p is not None),
+                     len(again))
+        return again
 
     def _held_results(self, table: str, tid: str, lead: TabletLeader,
                       indexes: Sequence[int]) -> dict[int, WriteResult]:

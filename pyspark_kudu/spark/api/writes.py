@@ -36,7 +36,7 @@ from pyspark_kudu.errors import (
 from pyspark_kudu.master.client import MasterClient, TableLocations
 from pyspark_kudu.master.records import TabletReport
 from pyspark_kudu.partitioning import Partitioner, PartitionSchema
-from pyspark_kudu.spark.api.ride_through import MAY_FAIL_PER_ROW, RideThrough
+from pyspark_kudu.spark.api.ride_through import MAY_FAIL_PER_ROW, Restager, RideThrough
 from pyspark_kudu.spark.api.source_options import OPERATIONS, check_write_columns
 from pyspark_kudu.spark.host.dataplane import (
     SMALL_WRITE_BYTES,
@@ -114,6 +114,39 @@ class _Tally:
         if self.progress is not None:
             self.progress(WriteProgress(self.rows_done, self.rows_total, self.batches_done,
                                         self.batches_total))
+
+
+class _Restager:
+    """Stages input partitions of a write's staging DataFrame again (Spark recomputes them
+    from the lineage, on live executors) for one tablet at a time; a partition staged again
+    serves every tablet that lost it (cached). Not for a write that repartitioned its rows:
+    a shuffle's partition ids may differ between two runs (adaptive execution coalesces)."""
+
+    def __init__(self, staging: DataFrame) -> None:
+        self.staging = staging
+        self._done: dict[int, list[Staged]] = {}
+
+    def __call__(self, parts: Sequence[int], tablet: int) -> list[Staged]:
+        todo = sorted(set(parts) - self._done.keys())
+        if todo:
+            rdd = self.staging.rdd
+            got = self.staging.sparkSession.sparkContext.runJob(
+                rdd, _refs_of_partition, partitions=todo)
+            for part, raw in got:
+                ref = decode_staged(raw)
+                if ref is not None:
+                    self._done.setdefault(part, []).append(ref)
+            for p in todo:
+                self._done.setdefault(p, [])
+        return [r for p in sorted(set(parts)) for r in self._done[p] if r.tablet == tablet]
+
+
+def _refs_of_partition(rows: Iterable[Any]) -> list[tuple[int, bytes]]:
+    from pyspark import TaskContext
+
+    task = TaskContext.get()
+    part = task.partitionId() if task is not None else -1
+    return [(part, bytes(r["ref"])) for r in rows if r["ref"] is not None]
 
 
 class WritePath(RideThrough):
@@ -208,11 +241,11 @@ class WritePath(RideThrough):
         if small_write_bytes:  # the driver carries at most _SMALL_WRITE_TOTAL inline
             tasks = max(1, df._jdf.rdd().getNumPartitions())
             small_write_bytes = min(small_write_bytes, _SMALL_WRITE_TOTAL // tasks)
+        staging = df.mapInArrow(
+            stage_batches(schema, partitioner, op, write_id, staging_root, batch_rows,
+                          small_write_bytes), staging_schema())
         try:
-            staged = df.mapInArrow(
-                stage_batches(schema, partitioner, op, write_id, staging_root, batch_rows,
-                              small_write_bytes),
-                staging_schema()).collect()
+            staged = staging.collect()
         except Exception as e:  # the staging job failed: nothing was proposed
             self._janitor.remove(write_id)
             cause = root_cause(str(e))
@@ -223,8 +256,9 @@ class WritePath(RideThrough):
         refs = [decode_staged(bytes(r["ref"])) for r in staged if r["ref"] is not None]
         bad = [str(r["bad_row"]) for r in staged if r["bad_row"] is not None]
         try:
-            return self.commit_staged(table, [r for r in refs if r is not None], bad,
-                                      progress=progress, locations=locs)
+            return self.commit_staged(
+                table, [r for r in refs if r is not None], bad, progress=progress,
+                locations=locs, restage=None if repartition else _Restager(staging))
         finally:
             if any(isinstance(r, StagedRef) for r in refs):
                 self.discard_staged(write_id)  # an all-inline write staged no file
@@ -237,7 +271,8 @@ class WritePath(RideThrough):
                       bad_rows: Sequence[str] = (), *,
                       progress: Callable[[WriteProgress], None] | None = None,
                       locations: TableLocations | None = None,
-                      forwarded: bool = False) -> WriteSummary:
+                      forwarded: bool = False,
+                      restage: Restager | None = None) -> WriteSummary:
         """Replicate batches staged by :func:`~pyspark_kudu.spark.host.dataplane.stage_batches`
         (by :meth:`write`, or by the ``kudu`` data source's writer tasks): staged refs, or
         small batches inline; returns once all are committed. ``bad_rows`` are the JSON
@@ -248,7 +283,8 @@ class WritePath(RideThrough):
         could not be delivered, or reached a client that no longer leads, is routed again
         until the lease it found lapses. ``forwarded``: this call is such a forward; a tablet
         this client does not lead is refused (``NotLeaderError``) before anything is
-        proposed."""
+        proposed. ``restage`` stages the rows of batches lost with their staging host again
+        (:meth:`write` gives one; without it such a loss fails the write)."""
         locs = locations or self.master.get_table(table)
         tally = _Tally(progress)
         tally.errors.extend(("", json.loads(row), "NotFound", "row is in no range partition")
@@ -275,7 +311,7 @@ class WritePath(RideThrough):
                 forwards = {pool.submit(SessionClient(addr).lead_commit, table,
                                         [r.encode() for t in tids for r in by_tid[t]]): tids
                             for addr, tids in groups.items()}
-                self._commit_own(table, {t: by_tid[t] for t in own}, own, tally)
+                self._commit_own(table, {t: by_tid[t] for t in own}, own, tally, restage)
                 for fut in as_completed(forwards):
                     tids = forwards[fut]
                     try:
@@ -313,7 +349,8 @@ class WritePath(RideThrough):
         return summary
 
     def _commit_own(self, table: str, refs: dict[str, list[Staged]],
-                    leaders: dict[str, TabletLeader], tally: _Tally) -> None:
+                    leaders: dict[str, TabletLeader], tally: _Tally,
+                    restage: Restager | None) -> None:
         """Replicate the batches of tablets this client leads, into ``tally``."""
         if not refs:
             return
@@ -349,7 +386,8 @@ class WritePath(RideThrough):
             tally.own_done(tid, outcome, batch_refs)
         for tid, batch_refs, lost_err in lost:
             try:
-                outcome = self._ride_through(table, tid, batch_refs, lost_err)
+                batch_refs, outcome = self._ride_through(table, tid, batch_refs, lost_err,
+                                                         restage)
             except KuduError as err:
                 failed = True
                 tally.fail(err)

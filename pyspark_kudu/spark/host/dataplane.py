@@ -30,8 +30,11 @@ batches). The pieces:
    with refs to its log entries (:func:`wal_ref`) and the same shuffle moves them from its
    host to the follower's.
 
-A staged file lost with its executor makes the round fail with a clear error before
-anything of that write is visible; the caller may retry the write.
+A staged file lost with its host (its executor gone for good) makes the round fail before
+anything of its batch is visible. ``KuduContext.write`` then stages the rows of the input
+partitions that staged there again, from the DataFrame's lineage, elsewhere (staged files
+are named after their input partition, :attr:`StagedRef.part`); other writers (the ``kudu``
+data source's commit has no lineage) fail with a clear error, and the caller may retry.
 
 Thread-safety: module functions are pure or touch only their task's files.
 """
@@ -49,7 +52,7 @@ from dataclasses import dataclass, replace
 
 import google_crc32c
 import pyarrow as pa
-from pyspark import SparkContext
+from pyspark import SparkContext, TaskContext
 
 from pyspark_kudu.consensus.messages import Entry, Message
 from pyspark_kudu.errors import CorruptionError, InvalidArgumentError
@@ -115,6 +118,16 @@ class StagedRef:
     def entry_data(self) -> bytes:
         """What the batch's Raft entry carries until the round delivers it: the ref."""
         return self.encode()
+
+    @property
+    def part(self) -> int | None:
+        """The input partition (Spark's partition id of the staging task) whose rows the
+        batch holds, when staging named its file after it (``p<id>-...``); else None."""
+        name = os.path.basename(self.path)
+        head, sep, _ = name.partition("-")
+        if not sep or not head.startswith("p") or not head[1:].isdigit():
+            return None
+        return int(head[1:])
 
 
 INLINE_MAGIC = b"\x00KINL1"
@@ -193,6 +206,10 @@ def stage_batches(schema: Schema, partitioner: Partitioner, op: OpType, write_id
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         data_root = local_data_root(root)
         host = current_host()
+        task = TaskContext.get()
+        # Files are named after the input partition, so a write can stage that partition
+        # again from the DataFrame's lineage if this host is lost before the batches commit.
+        prefix = f"p{task.partitionId()}-" if task is not None else ""
         pending: dict[int, list[pa.Table]] = {}
         counts: dict[int, int] = {}
         held: list[InlineBatch] = []  # while this task's output may still go inline
@@ -200,7 +217,7 @@ def stage_batches(schema: Schema, partitioner: Partitioner, op: OpType, write_id
         inline = small_write_bytes > 0
 
         def to_file(b: InlineBatch) -> pa.RecordBatch:
-            rel = os.path.join(STAGING_DIR, write_id, f"{uuid.uuid4().hex}.bin")
+            rel = os.path.join(STAGING_DIR, write_id, f"{prefix}{uuid.uuid4().hex}.bin")
             full = os.path.join(data_root, rel)
             make_private_dirs(os.path.dirname(full))
             with open_private(full, "wb") as f:
