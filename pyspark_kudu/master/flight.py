@@ -11,10 +11,13 @@ One Flight server per master process serves two kinds of ``do_action`` calls:
 
 An optional shared-secret token authenticates every call with the project's one Flight scheme
 (:mod:`pyspark_kudu.rpc.auth`: a mutual HMAC challenge-response per connection, then a
-single-use token per call; the token itself never crosses the wire). Transport failures map
-to ``NetworkError`` (unreachable, retryable) and ``TimedOutError``; a wrong token to
-``CredentialError`` (retrying cannot fix it). A server restarted meanwhile has forgotten
-the connection's session: the client authenticates again once and repeats the call.
+single-use token per call; the token itself never crosses the wire), optionally inside TLS
+(:mod:`pyspark_kudu.rpc.tls`: the server's certificate and key, the CA that clients, Raft
+peers included, verify it against; from ``PYSPARK_KUDU_TLS_*`` unless given). Transport
+failures map to ``NetworkError`` (unreachable, retryable) and ``TimedOutError``; a wrong
+token or a failed TLS handshake to ``CredentialError`` (retrying cannot fix it). A server
+restarted meanwhile has forgotten the connection's session: the client authenticates again
+once and repeats the call.
 
 Outbound Raft traffic (:class:`FlightTransport`) runs one sender thread per peer that
 batches whatever queued while the previous call was in flight; when a peer is down the
@@ -50,6 +53,18 @@ from pyspark_kudu.errors import (
 )
 from pyspark_kudu.master.raft_transport import Envelope, decode_envelopes, encode_envelopes
 from pyspark_kudu.rpc.auth import HmacServerAuthHandler, connect
+from pyspark_kudu.rpc.tls import (
+    FROM_ENV,
+    TlsConfig,
+    TlsHandshakeError,
+    TlsSetting,
+    client_kwargs,
+    location,
+    plain_hint,
+    resolve_tls,
+    server_kwargs,
+    tls_failure,
+)
 
 __all__ = ["FlightChannel", "FlightTransport", "MasterFlightServer", "flight_location"]
 
@@ -64,8 +79,8 @@ _GRPC_OPTIONS: list[tuple[str, Any]] = [
 ]
 
 
-def flight_location(address: str) -> str:
-    return f"grpc+tcp://{address}"
+def flight_location(address: str, tls: TlsConfig | None = None) -> str:
+    return location(address, tls)
 
 
 def _call_options(timeout: float) -> fl.FlightCallOptions:
@@ -76,19 +91,25 @@ _WRONG_TOKEN = ("rejected the request: wrong or missing shared-secret token; pas
                 "cluster's token (--token-file / PYSPARK_KUDU_MASTER_TOKEN)")
 
 
-def _open(address: str, token: str | None, timeout: float) -> fl.FlightClient:
-    """A client of the master at ``address``, authenticated if there is a ``token``.
+def _open(address: str, token: str | None, timeout: float, tls: TlsConfig | None
+          ) -> fl.FlightClient:
+    """A client of the master at ``address``, authenticated if there is a ``token``, over
+    TLS if there is a ``tls`` configuration.
 
     Raises:
         CredentialError: the master refused the token (or this client refused a
-            master that does not know it).
+            master that does not know it), or the TLS handshake failed.
         NetworkError: the master is unreachable.
     """
+    loc = flight_location(address, tls)
+    roots = tls.ca_pem if tls is not None else None
     if not token:
-        return fl.FlightClient(flight_location(address), generic_options=_GRPC_OPTIONS)
+        return fl.FlightClient(loc, generic_options=_GRPC_OPTIONS, **client_kwargs(roots))
     try:
-        return connect(flight_location(address), token.encode(), timeout_s=timeout,
-                       generic_options=_GRPC_OPTIONS)
+        return connect(loc, token.encode(), timeout_s=timeout, generic_options=_GRPC_OPTIONS,
+                       tls_root_certs=roots)
+    except TlsHandshakeError as e:
+        raise TlsHandshakeError(f"master {address}: {e}") from e
     except CredentialError as e:
         raise CredentialError(f"master {address} {_WRONG_TOKEN} ({e})") from e
 
@@ -114,18 +135,26 @@ def _decode_error(d: Body, address: str) -> KuduError:
 
 
 class FlightChannel:
-    """Request/response calls to one master over Flight (a ``client.Channel``)."""
+    """Request/response calls to one master over Flight (a ``client.Channel``).
 
-    def __init__(self, address: str, *, token: str | None = None) -> None:
+    ``tls``: the TLS configuration, by default the environment's (``PYSPARK_KUDU_TLS_*``).
+
+    Raises:
+        InvalidArgumentError: (constructor) a bad TLS configuration, naming the setting.
+    """
+
+    def __init__(self, address: str, *, token: str | None = None,
+                 tls: TlsSetting = FROM_ENV) -> None:
         self.address = address
         self._token = token
+        self._tls = resolve_tls(tls)
         self._lock = threading.Lock()
         self._client: fl.FlightClient | None = None
 
     def _get(self, timeout: float) -> fl.FlightClient:
         with self._lock:
             if self._client is None:
-                self._client = _open(self.address, self._token, timeout)
+                self._client = _open(self.address, self._token, timeout, self._tls)
             return self._client
 
     def _forget(self, client: fl.FlightClient) -> None:
@@ -153,7 +182,12 @@ class FlightChannel:
                 raise TimedOutError(f"{method} to master {self.address} timed out after "
                                     f"{timeout:.1f} s") from e
             except (fl.FlightUnavailableError, fl.FlightCancelledError) as e:
-                raise NetworkError(f"master {self.address} is unreachable: {e}") from e
+                loc = flight_location(self.address, self._tls)
+                tls_error = tls_failure(loc, str(e))
+                if tls_error is not None:
+                    raise TlsHandshakeError(f"master {self.address}: {tls_error}") from e
+                raise NetworkError(f"master {self.address} is unreachable: "
+                                   f"{e}{plain_hint(loc, str(e))}") from e
             except (fl.FlightError, pa.ArrowException) as e:
                 if "Deadline" in str(e):
                     raise TimedOutError(f"{method} to master {self.address} timed out") from e
@@ -220,7 +254,8 @@ class _PeerSender:
                     if self._client is not None:
                         self._client.close()
                     self._client = None
-                    self._client = _open(addr, self._t.token, self._t.rpc_timeout_s)
+                    self._client = _open(addr, self._t.token, self._t.rpc_timeout_s,
+                                         self._t.tls)
                     self._client_addr = addr
                 list(self._client.do_action(
                     fl.Action(RAFT_ACTION, encode_envelopes(batch)),
@@ -243,10 +278,11 @@ class FlightTransport:
 
     def __init__(self, node_id: str, address_of: Callable[[str], str | None], *,
                  token: str | None = None, rpc_timeout_s: float = 2.0,
-                 max_queue: int = 10_000) -> None:
+                 max_queue: int = 10_000, tls: TlsSetting = FROM_ENV) -> None:
         self.node_id = node_id
         self.address_of = address_of
         self.token = token
+        self.tls = resolve_tls(tls)
         self.rpc_timeout_s = rpc_timeout_s
         self.max_queue = max_queue
         self._lock = threading.Lock()
@@ -278,12 +314,23 @@ class FlightTransport:
 
 
 class MasterFlightServer(fl.FlightServerBase):  # type: ignore[misc]
-    """Serves ``raft`` and the master service methods; starts listening when constructed."""
+    """Serves ``raft`` and the master service methods; starts listening when constructed.
+
+    ``tls``: serve TLS with this configuration (by default the environment's,
+    ``PYSPARK_KUDU_TLS_*``); None serves plain ``grpc+tcp``.
+
+    Raises:
+        InvalidArgumentError: a bad TLS configuration, or one without certificate and key.
+    """
 
     def __init__(self, address: str, *, deliver: Callable[[list[Envelope]], None],
-                 handle: Callable[[str, Body], Body], token: str | None = None) -> None:
+                 handle: Callable[[str, Body], Body], token: str | None = None,
+                 tls: TlsSetting = FROM_ENV) -> None:
         auth = HmacServerAuthHandler(token.encode()) if token else None
-        super().__init__(flight_location(address), auth_handler=auth)
+        cfg = resolve_tls(tls)
+        super().__init__(flight_location(address, cfg), auth_handler=auth,
+                         **server_kwargs(cfg, f"master {address}"))
+        self.tls = cfg
         self._deliver = deliver
         self._handle = handle
 

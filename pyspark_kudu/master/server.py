@@ -12,8 +12,12 @@ unless ``--listen`` says otherwise. With a shared-secret ``token`` every call (c
 and Raft alike) must be authenticated with it, by HMAC challenge-response: the token never
 crosses the wire (:mod:`~pyspark_kudu.master.flight`); a master refuses to
 start on a non-loopback address without a token unless ``allow_unauthenticated`` is set, so
-a catalog is never writable from the network by accident. The data dir and everything in it
-is private to the master's user (``0700`` directories, ``0600`` files).
+a catalog is never writable from the network by accident. With ``tls`` (``--tls-cert``,
+``--tls-key``, ``--tls-ca``, else ``PYSPARK_KUDU_TLS_CERT/_KEY/_CA``; see
+:mod:`pyspark_kudu.rpc.tls`) the master serves TLS and verifies its Raft peers' certificates
+against the CA; the token still authenticates every call, inside the TLS connection. The
+data dir and everything in it is private to the master's user (``0700`` directories,
+``0600`` files).
 
 A fresh data dir of a founding master is bootstrapped with the ``--peers`` group (addresses
 in the log); with ``--join`` it starts empty and learns the group from the leader once an
@@ -46,6 +50,7 @@ from pyspark_kudu.master.client import parse_master_addresses
 from pyspark_kudu.master.flight import FlightTransport, MasterFlightServer
 from pyspark_kudu.master.locations import DEFAULT_MAPPING_TIMEOUT_S, LocationCache
 from pyspark_kudu.master.master_service import MasterService
+from pyspark_kudu.rpc.tls import TlsConfig, server_kwargs, tls_from_env
 
 __all__ = [
     "DEFAULT_PEERS",
@@ -104,6 +109,8 @@ class MasterServerConfig:
     follower_unavailable_considered_failed_s: float = 300.0
     replica: ReplicaOptions = field(default_factory=ReplicaOptions)
     allow_unauthenticated: bool = False
+    #: TLS for serving and for Raft peers; by default ``PYSPARK_KUDU_TLS_*`` (None: plain).
+    tls: TlsConfig | None = field(default_factory=tls_from_env)
 
     def __post_init__(self) -> None:
         if self.id not in self.peers and self.listen is None:
@@ -117,6 +124,7 @@ class MasterServerConfig:
                 f"address, without a shared-secret token: anyone who can reach it could "
                 f"change the catalog. Pass --token-file (or set PYSPARK_KUDU_MASTER_TOKEN), "
                 f"or listen on 127.0.0.1, or pass --allow-unauthenticated on a trusted network")
+        server_kwargs(self.tls, f"master {self.id}")  # a CA alone cannot serve: refuse now
 
     @property
     def address(self) -> str:
@@ -151,7 +159,7 @@ class MasterServer:
             known = holder[0].catalog.masters.get(node_id) if holder else None
             return known or cfg.peers.get(node_id)
 
-        transport = FlightTransport(cfg.id, address_of, token=cfg.token)
+        transport = FlightTransport(cfg.id, address_of, token=cfg.token, tls=cfg.tls)
         replica = MasterReplica(cfg.id, storage, transport, cfg.replica)
         holder.append(replica)
         locations = LocationCache(cfg.location_mapping_cmd, cfg.location_mapping_timeout_s)
@@ -164,12 +172,13 @@ class MasterServer:
         replica.start()
         try:
             self._server = MasterFlightServer(cfg.address, deliver=replica.deliver,
-                                              handle=service.handle, token=cfg.token)
+                                              handle=service.handle, token=cfg.token,
+                                              tls=cfg.tls)
         except Exception:
             replica.stop()
             raise
-        _log.info("master %s serving on %s (data dir %s, peers %s)", cfg.id, cfg.address,
-                  cfg.data_dir, cfg.peers)
+        _log.info("master %s serving on %s%s (data dir %s, peers %s)", cfg.id, cfg.address,
+                  " with TLS" if cfg.tls is not None else "", cfg.data_dir, cfg.peers)
         return self
 
     def wait(self, timeout: float | None = None) -> bool:

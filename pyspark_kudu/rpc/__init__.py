@@ -4,6 +4,8 @@
 challenge-response handshake, then a fresh, single-use MAC token on every call. All three
 Flight services use it: the resident tablet servers and the driver's session service (over
 the application's ``PYSPARK_KUDU_SECRET``) and the masters (over their shared token).
+:mod:`pyspark_kudu.rpc.tls` is the optional TLS layer under it (``PYSPARK_KUDU_TLS_CERT``,
+``PYSPARK_KUDU_TLS_KEY``, ``PYSPARK_KUDU_TLS_CA``).
 """
 
 from __future__ import annotations

@@ -26,8 +26,10 @@ HMAC outputs and per-call tokens cross the wire), and a captured call token repl
 another call is refused. The proofs would allow an offline guessing attack on a weak K,
 hence random secrets of at least 16 bytes (:func:`new_secret`, :func:`check_listen`). This
 authenticates peers; it does not encrypt the data, nor bind a token to its call's content,
-so an active man-in-the-middle can still read, alter or hijack calls in flight: TLS (not
-provided here) is the way to confidentiality and integrity.
+so an active man-in-the-middle could still read, alter or hijack calls in flight. The
+optional TLS layer of :mod:`pyspark_kudu.rpc.tls` (``PYSPARK_KUDU_TLS_CERT/_KEY/_CA``) adds
+confidentiality and integrity and verifies the server's certificate; this handshake then
+runs inside the TLS connection and remains the authentication.
 
 Thread-safety: :class:`HmacServerAuthHandler` is thread-safe (gRPC runs handshakes and
 calls on many threads; one lock guards the session table). In
@@ -54,6 +56,7 @@ import pyarrow as pa
 import pyarrow.flight as fl
 
 from pyspark_kudu.errors import CredentialError, InvalidArgumentError, NetworkError
+from pyspark_kudu.rpc.tls import client_kwargs, plain_hint, tls_failure
 
 __all__ = ["SECRET_ENV", "HmacClientAuthHandler", "HmacServerAuthHandler", "check_listen",
            "connect", "is_loopback", "new_secret", "secret_from_env"]
@@ -251,15 +254,21 @@ class HmacClientAuthHandler(fl.ClientAuthHandler):  # type: ignore[misc]
 
 
 def connect(location: str, secret: bytes, *, timeout_s: float = 10.0,
-            generic_options: Sequence[tuple[str, Any]] | None = None) -> fl.FlightClient:
+            generic_options: Sequence[tuple[str, Any]] | None = None,
+            tls_root_certs: bytes | None = None) -> fl.FlightClient:
     """Open a Flight client to ``location`` and authenticate it with ``secret``.
 
+    A ``grpc+tls://`` location is verified against ``tls_root_certs`` (PEM; see
+    :mod:`pyspark_kudu.rpc.tls`), then authenticated inside the TLS connection.
+
     Raises:
-        CredentialError: either side refused the credential (the secrets differ).
+        CredentialError: either side refused the credential (the secrets differ), or the
+            TLS handshake failed (a plain server, or a certificate the CA did not sign).
         NetworkError: the server is unreachable or did not answer within ``timeout_s``.
     """
     handler = HmacClientAuthHandler(secret)
-    client = fl.FlightClient(location, generic_options=list(generic_options or []))
+    client = fl.FlightClient(location, generic_options=list(generic_options or []),
+                             **client_kwargs(tls_root_certs))
     try:
         client.authenticate(handler, options=fl.FlightCallOptions(timeout=timeout_s))
     except fl.FlightUnauthenticatedError as e:
@@ -269,8 +278,12 @@ def connect(location: str, secret: bytes, *, timeout_s: float = 10.0,
                                    f"give both sides the cluster's {SECRET_ENV}") from e
     except pa.ArrowException as e:
         client.close()
+        tls_error = tls_failure(location, str(e))
+        if tls_error is not None:
+            raise tls_error from e
         raise NetworkError(f"Flight server {location} is unreachable or did not answer "
-                           f"within {timeout_s:.1f} s: {e}") from e
+                           f"within {timeout_s:.1f} s: {e}{plain_hint(location, str(e))}"
+                           ) from e
     return client
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -55,6 +56,12 @@ def _add_master_group(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
                      help="start empty and wait to be added to a running group (add_master)")
     run.add_argument("--token-file", help="file holding the shared-secret token; or set "
                                           f"${TOKEN_ENV}")
+    run.add_argument("--tls-cert", help="serve TLS with this PEM certificate (with --tls-key "
+                                        "and --tls-ca); or set $PYSPARK_KUDU_TLS_CERT")
+    run.add_argument("--tls-key", help="the certificate's unencrypted PEM private key; or set "
+                                       "$PYSPARK_KUDU_TLS_KEY")
+    run.add_argument("--tls-ca", help="PEM CA certificate(s) that peers' certificates are "
+                                      "verified against; or set $PYSPARK_KUDU_TLS_CA")
     run.add_argument("--fsync", default="fdatasync", choices=["fdatasync", "fsync", "none"],
                      help="WAL sync policy ('none' is for benchmarks only)")
     run.add_argument("--location-mapping-cmd",
@@ -117,18 +124,22 @@ def _read_conf(path: str) -> dict[str, str]:
 def _master_run(args: argparse.Namespace) -> int:
     from pyspark_kudu.master.catalog_replica import ReplicaOptions
     from pyspark_kudu.master.server import MasterServer, MasterServerConfig, parse_peers
+    from pyspark_kudu.rpc.tls import CA_ENV, CERT_ENV, FLAG_NAMES, KEY_ENV, load_tls
 
     logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not args.id or not args.data_dir:
         raise SystemExit("master run needs --id and --data-dir (in arguments or --conf)")
     token = read_token(args.token_file)
+    tls = load_tls(args.tls_cert or os.environ.get(CERT_ENV),
+                   args.tls_key or os.environ.get(KEY_ENV),
+                   args.tls_ca or os.environ.get(CA_ENV), names=FLAG_NAMES)
     cfg = MasterServerConfig(
         id=args.id, peers=parse_peers(args.peers), data_dir=args.data_dir,
         listen=args.listen, token=token, join=bool(args.join), sync=args.fsync,
         location_mapping_cmd=args.location_mapping_cmd,
         location_mapping_timeout_s=float(args.location_mapping_timeout_s),
-        allow_unauthenticated=bool(args.allow_unauthenticated),
+        allow_unauthenticated=bool(args.allow_unauthenticated), tls=tls,
         op_timeout_s=float(args.op_timeout_s),
         follower_unavailable_considered_failed_s=float(
             args.follower_unavailable_considered_failed_sec),

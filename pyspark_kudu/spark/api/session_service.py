@@ -42,6 +42,10 @@ Decisions:
   attributes pickled by value, see :func:`~pyspark_kudu.spark.api.registration.register`);
   clients of other applications forward to this one only if they were given the same
   credential (``spark.executorEnv.PYSPARK_KUDU_SECRET``).
+- **TLS** (optional, :mod:`pyspark_kudu.rpc.tls`): with ``PYSPARK_KUDU_TLS_CERT/_KEY/_CA``
+  in the driver's environment the service serves TLS, the authentication running inside
+  it; its address then carries the CA's PEM, so the data source verifies the service
+  whatever its workers' environment.
 - **Errors** travel as ``{type, message}`` and are rebuilt by the client as the same
   :mod:`pyspark_kudu.errors` class (``RowWriteError`` with its ``errors`` and
   ``rows_written``); anything else becomes a ``RemoteError`` naming the original type.
@@ -88,6 +92,7 @@ import pyarrow as pa
 
 from pyspark_kudu.errors import InvalidArgumentError, KuduError, RowWriteError
 from pyspark_kudu.fileio import FileIO
+from pyspark_kudu.rpc.tls import FROM_ENV, TlsConfig, TlsSetting, resolve_tls, server_kwargs
 from pyspark_kudu.spark.host.dataplane import Staged, StagedRef, decode_staged
 from pyspark_kudu.spark.replication.session_client import (
     SessionAddress,
@@ -162,18 +167,23 @@ class StreamLedger:
         self._io.atomic_write(json.dumps(doc).encode(), *self._parts(table, stream_id))
 
 
-def _flight_server(service: SessionService, host: str, secret: bytes) -> Any:
-    """The Flight server of ``service`` on ``host`` (ephemeral port), started. gRPC is
-    imported here: workers that only call the service need not load the server side."""
+def _flight_server(service: SessionService, host: str, secret: bytes,
+                   tls: TlsConfig | None) -> Any:
+    """The Flight server of ``service`` on ``host`` (ephemeral port), started; over TLS if
+    there is a ``tls`` configuration. gRPC is imported here: workers that only call the
+    service need not load the server side."""
     import pyarrow.flight as fl
 
     from pyspark_kudu.rpc.auth import HmacServerAuthHandler, check_listen
+    from pyspark_kudu.rpc.tls import location
 
     check_listen(host, secret)
+    tls_kwargs = server_kwargs(tls, "the kudu session service")
 
     class SessionFlight(fl.FlightServerBase):  # type: ignore[misc]
         def __init__(self) -> None:
-            super().__init__(f"grpc+tcp://{host}:0", auth_handler=HmacServerAuthHandler(secret))
+            super().__init__(location(f"{host}:0", tls),
+                             auth_handler=HmacServerAuthHandler(secret), **tls_kwargs)
 
         def do_action(self, context: Any, action: fl.Action) -> Any:
             try:
@@ -197,19 +207,26 @@ class SessionService:
 
     Listens on ``host`` (default ``127.0.0.1``) only, on an ephemeral port, from
     construction until :meth:`close`; calls must authenticate with ``secret`` (the
-    application's ``PYSPARK_KUDU_SECRET``; a random one if not given).
+    application's ``PYSPARK_KUDU_SECRET``; a random one if not given). ``tls``: serve TLS
+    with this configuration, by default the environment's (``PYSPARK_KUDU_TLS_*``); None
+    serves plain ``grpc+tcp``.
+
+    Raises:
+        InvalidArgumentError: ``host`` cannot be listened on, or a bad TLS configuration
+            (naming the setting).
     """
 
     def __init__(self, kudu: SessionBackend, *, secret: str | None = None,
-                 host: str = "127.0.0.1") -> None:
+                 host: str = "127.0.0.1", tls: TlsSetting = FROM_ENV) -> None:
         self._kudu = kudu
+        self.tls = resolve_tls(tls)
         self.secret = secret or secrets.token_hex(32)
         self._ledger = StreamLedger(kudu.warehouse)
         self._locks_guard = threading.Lock()
         self._stream_locks: dict[tuple[str, str], threading.Lock] = {}
         self._host = host
         try:
-            self._server = _flight_server(self, host, self.secret.encode())
+            self._server = _flight_server(self, host, self.secret.encode(), self.tls)
         except (OSError, pa.ArrowException) as e:
             raise InvalidArgumentError(
                 f"{SERVICE_HOST_CONF}={host!r}: the kudu session service cannot listen there "
@@ -217,8 +234,10 @@ class SessionService:
 
     @property
     def address(self) -> SessionAddress:
+        tls = self.tls
         return SessionAddress(self._host, int(self._server.port), self.secret,
-                              tuple(self._kudu.master_addresses))
+                              tuple(self._kudu.master_addresses), tls is not None,
+                              tls.ca_pem.decode("ascii", "replace") if tls else "")
 
     def close(self) -> None:
         """Stop listening. Calls in flight finish on their own: Flight's shutdown waits for

@@ -16,7 +16,10 @@ never pays for reopening them in whichever Python worker Spark picked, and one h
 one replica cache rather than one per worker). ``DoAction("ping")`` answers the server's
 address and the data root it serves by default. Every call is authenticated with the
 cluster's credential (:mod:`pyspark_kudu.rpc.auth`: HMAC challenge-response, no secret or
-reusable token on the wire); without a credential no server starts.
+reusable token on the wire); without a credential no server starts. With
+``PYSPARK_KUDU_TLS_CERT/_KEY/_CA`` in the executor's environment
+(``spark.executorEnv.*``; :mod:`pyspark_kudu.rpc.tls`) it serves TLS, the authentication
+running inside it; a bad TLS configuration starts no server (the reason goes to stderr).
 
 **Lifecycle**: :func:`start_resident` runs in the executor's Python daemon
 (:mod:`~pyspark_kudu.spark.host.daemon`) before the daemon forks any worker. It forks one
@@ -58,6 +61,7 @@ from typing import Any
 import pyarrow as pa
 
 from pyspark_kudu.errors import InvalidArgumentError, KuduError, NotFoundError
+from pyspark_kudu.rpc.tls import TlsConfig, location, server_kwargs, tls_from_env
 from pyspark_kudu.spark.host.identity import current_host, local_data_root, verify_instance
 from pyspark_kudu.spark.host.maintenance import MaintenanceManager
 from pyspark_kudu.spark.host.tserver_protocol import (
@@ -157,20 +161,23 @@ def _file(req: FileRequest) -> Iterator[pa.RecordBatch]:
             yield pa.record_batch([pa.array([chunk], type=pa.binary())], names=["chunk"])
 
 
-def _make_server(host: str, secret: bytes) -> Any:
-    """A started :class:`TabletServerFlight` on ``host`` (ephemeral port). Imported lazily:
-    only the server process (and clients) load gRPC."""
+def _make_server(host: str, secret: bytes, tls: TlsConfig | None = None) -> Any:
+    """A started :class:`TabletServerFlight` on ``host`` (ephemeral port), over TLS if there
+    is a ``tls`` configuration. Imported lazily: only the server process (and clients) load
+    gRPC."""
     import pyarrow.flight as fl
 
     from pyspark_kudu.rpc.auth import HmacServerAuthHandler, check_listen
 
     check_listen(host, secret)
+    tls_kwargs = server_kwargs(tls, f"the tablet server on {host}")
 
     class TabletServerFlight(fl.FlightServerBase):  # type: ignore[misc]
         """Flight service of one host's tablet server(s); see the module docstring."""
 
         def __init__(self) -> None:
-            super().__init__(f"grpc+tcp://{host}:0", auth_handler=HmacServerAuthHandler(secret))
+            super().__init__(location(f"{host}:0", tls),
+                             auth_handler=HmacServerAuthHandler(secret), **tls_kwargs)
             self.served = 0
             self.rounds_served = 0
             self._lock = threading.Lock()
@@ -232,10 +239,12 @@ def _make_server(host: str, secret: bytes) -> Any:
     return TabletServerFlight()
 
 
-def serve(host: str, secret: bytes, on_started: Any = None) -> None:
+def serve(host: str, secret: bytes, on_started: Any = None,
+          tls: TlsConfig | None = None) -> None:
     """Run a tablet server on ``host`` until this process is told to stop (SIGTERM/SIGHUP)
-    or its parent goes away. ``on_started(address)`` is called once it listens."""
-    server = _make_server(host, secret)
+    or its parent goes away. ``on_started(address)`` is called once it listens. ``tls``:
+    serve TLS with it (None: plain)."""
+    server = _make_server(host, secret, tls)
     maintenance = _start_maintenance()
     address = f"{host}:{server.port}"
     if on_started is not None:
@@ -262,8 +271,9 @@ def _die_with_parent() -> None:
 def start_resident(env: Mapping[str, str] = os.environ) -> str | None:
     """In the executor's daemon, before it forks workers: fork this host's tablet server and
     export its address (``PYSPARK_KUDU_TSERVER_ADDRESS``) for the workers. Returns the
-    address, or None (no credential configured, or the server could not start: reads from
-    other hosts then fail over to other replicas and the reason goes to stderr)."""
+    address, or None (no credential configured, a bad TLS configuration, or the server
+    could not start: reads from other hosts then fail over to other replicas and the reason
+    goes to stderr)."""
     from pyspark_kudu.rpc.auth import secret_from_env
 
     secret = secret_from_env(env)
@@ -271,6 +281,12 @@ def start_resident(env: Mapping[str, str] = os.environ) -> str | None:
         # A daemon for Python work that is not pyspark-kudu's (a KuduContext puts the secret
         # in the environment of the workers it starts); the driver warns if a context's
         # discovery finds a host without a server.
+        return None
+    try:  # checked before forking: a bad configuration starts nothing
+        tls = tls_from_env(env)
+        server_kwargs(tls, "this host's tablet server")
+    except KuduError as e:
+        print(f"pyspark-kudu: this host's tablet server did not start: {e}", file=sys.stderr)
         return None
     os.setpgid(0, 0)  # the daemon's own group: its shutdown SIGHUPs the server too
     r, w = os.pipe()
@@ -288,7 +304,7 @@ def start_resident(env: Mapping[str, str] = os.environ) -> str | None:
                 os.write(w, address.encode() + b"\n")
                 os.close(w)
 
-            serve(current_host(), secret, started)
+            serve(current_host(), secret, started, tls)
         except BaseException as e:  # report and exit: never return into the daemon's code
             print(f"pyspark-kudu: tablet server stopped: {type(e).__name__}: {e}",
                   file=sys.stderr)

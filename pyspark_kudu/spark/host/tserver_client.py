@@ -3,12 +3,15 @@
 Runs wherever a read runs: scan tasks on any executor, the driver, tools. Each call opens an
 authenticated Flight client (:func:`pyspark_kudu.rpc.auth.connect`: one handshake, ~1 ms on
 loopback) and closes it when the stream ends; clients are not kept between calls, so a
-worker forked later never inherits a live gRPC channel.
+worker forked later never inherits a live gRPC channel. With ``PYSPARK_KUDU_TLS_CA`` in this
+process's environment (:mod:`pyspark_kudu.rpc.tls`) every call is made over TLS and the
+server's certificate verified against that CA.
 
 Errors: a server's :mod:`pyspark_kudu.errors` error comes back as the same class
 (``ServiceUnavailableError`` for a lagging or failed replica, ``NotFoundError`` for a replica
 or tablet server not on that host, ...); an unreachable server is a ``NetworkError``; a
-refused credential an ``InvalidArgumentError``.
+refused credential or a failed TLS handshake an ``InvalidArgumentError`` (a
+``CredentialError``).
 
 Thread-safety: functions only; each call has its own client.
 """
@@ -24,6 +27,7 @@ import pyarrow.flight as fl
 
 from pyspark_kudu.errors import KuduError, NetworkError, TimedOutError
 from pyspark_kudu.rpc.auth import connect
+from pyspark_kudu.rpc.tls import TlsHandshakeError, location, tls_from_env
 from pyspark_kudu.spark.host.tserver_protocol import (
     SERVE_ACTION,
     FileRequest,
@@ -36,8 +40,15 @@ __all__ = ["fetch_file", "ping", "scan_remote", "serve_remote"]
 _CONNECT_TIMEOUT_S = 10.0
 
 
-def _location(address: str) -> str:
-    return f"grpc+tcp://{address}"
+def _connect(address: str, secret: bytes, timeout_s: float) -> fl.FlightClient:
+    """An authenticated client of the tablet server at ``address``; over TLS if this
+    process has a TLS configuration (``PYSPARK_KUDU_TLS_*``)."""
+    tls = tls_from_env()
+    try:
+        return connect(location(address, tls), secret, timeout_s=timeout_s,
+                       tls_root_certs=tls.ca_pem if tls is not None else None)
+    except TlsHandshakeError as e:
+        raise TlsHandshakeError(f"tablet server {address}: {e}") from e
 
 
 def _translate(e: Exception, address: str, what: str) -> KuduError:
@@ -53,7 +64,7 @@ def _translate(e: Exception, address: str, what: str) -> KuduError:
 
 def _stream(address: str, secret: bytes, ticket: bytes, what: str,
             timeout_s: float | None) -> Iterator[pa.RecordBatch]:
-    client = connect(_location(address), secret, timeout_s=_CONNECT_TIMEOUT_S)
+    client = _connect(address, secret, _CONNECT_TIMEOUT_S)
     try:
         try:
             reader = client.do_get(fl.Ticket(ticket), fl.FlightCallOptions(timeout=timeout_s))
@@ -93,7 +104,7 @@ def serve_remote(address: str, secret: bytes, body: bytes) -> bytes:
         NetworkError: the server is unreachable.
         KuduError: the server's own error, rebuilt.
     """
-    client = connect(_location(address), secret, timeout_s=_CONNECT_TIMEOUT_S)
+    client = _connect(address, secret, _CONNECT_TIMEOUT_S)
     try:
         (res,) = list(client.do_action(fl.Action(SERVE_ACTION, body)))
         out: bytes = res.body.to_pybytes()
@@ -107,7 +118,7 @@ def serve_remote(address: str, secret: bytes, body: bytes) -> bytes:
 def ping(address: str, secret: bytes, *, timeout_s: float = _CONNECT_TIMEOUT_S
          ) -> dict[str, Any]:
     """The server's own description (address, host, default data root, scans served)."""
-    client = connect(_location(address), secret, timeout_s=timeout_s)
+    client = _connect(address, secret, timeout_s)
     try:
         (res,) = list(client.do_action(fl.Action("ping", b""),
                                        fl.FlightCallOptions(timeout=timeout_s)))

@@ -8,6 +8,11 @@ project (:mod:`pyspark_kudu.rpc.auth`: HMAC challenge-response over the applicat
 credential, ``PYSPARK_KUDU_SECRET``; no secret or reusable token on the wire); one
 ``DoAction`` per call, its type the method, its body JSON, its one result the JSON reply
 ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": {type, message, family}}``.
+With TLS (:mod:`pyspark_kudu.rpc.tls`) the address says so (``tls``) and carries the PEM of
+the CA that signed the service's certificate (``tls_ca``, public, not in
+:meth:`SessionAddress.public_dict`); a client verifies the service against that CA, else
+against its own ``PYSPARK_KUDU_TLS_CA``, and a client configured with TLS never connects in
+clear, whatever the address says.
 Errors are rebuilt as the same :mod:`pyspark_kudu.errors` class (``RowWriteError`` with its
 rows); anything else becomes a ``RemoteError`` naming the original type.
 
@@ -52,27 +57,38 @@ _MAX_FOREIGN_MESSAGE = 4000
 
 @dataclass(frozen=True)
 class SessionAddress:
-    """Where a session service listens, its secret (kept out of ``repr``) and the master
-    addresses of its KuduContext (to check ``kudu.master`` before any call)."""
+    """Where a session service listens, its secret (kept out of ``repr``), the master
+    addresses of its KuduContext (to check ``kudu.master`` before any call), whether it
+    serves TLS and the PEM of the CA its certificate is verified against."""
 
     host: str
     port: int
     secret: str = field(repr=False)
     masters: tuple[str, ...] = ()
+    tls: bool = False
+    tls_ca: str = field(default="", repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"host": self.host, "port": self.port, "secret": self.secret,
-                "masters": list(self.masters)}
+        out = {"host": self.host, "port": self.port, "secret": self.secret,
+               "masters": list(self.masters)}
+        if self.tls:
+            out.update(tls=True, tls_ca=self.tls_ca)
+        return out
 
     def public_dict(self) -> dict[str, Any]:
-        """Everything but the secret: what other clients learn through the master's lease
-        table (they call the service with their own application's credential)."""
-        return {"host": self.host, "port": self.port, "masters": list(self.masters)}
+        """Everything but the secret (and the CA: other clients verify the service against
+        their own): what other clients learn through the master's lease table (they call
+        the service with their own application's credential)."""
+        out = {"host": self.host, "port": self.port, "masters": list(self.masters)}
+        if self.tls:
+            out["tls"] = True
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> SessionAddress:
         return cls(str(d["host"]), int(d["port"]), str(d["secret"]),
-                   tuple(str(m) for m in d.get("masters") or ()))
+                   tuple(str(m) for m in d.get("masters") or ()), bool(d.get("tls")),
+                   str(d.get("tls_ca") or ""))
 
 
 @dataclass(frozen=True)
@@ -188,17 +204,23 @@ class SessionClient:
                 closed, or this code does not run on the driver host): nothing was sent.
             ServiceUnavailableError: the connection broke during the call: its outcome is
                 unknown.
-            InvalidArgumentError: the service refused the secret.
+            InvalidArgumentError: the service refused the secret, the TLS handshake failed
+                (``TlsHandshakeError``), or the TLS configuration is bad or missing.
         """
         import pyarrow as pa
         import pyarrow.flight as fl
 
         from pyspark_kudu.rpc.auth import connect
+        from pyspark_kudu.rpc.tls import TlsHandshakeError
 
         a = self.address
-        location = f"grpc+tcp://{a.host}:{a.port}"
+        location, roots = _target(a)
         try:
-            client = connect(location, a.secret.encode(), timeout_s=_CONNECT_TIMEOUT_S)
+            client = connect(location, a.secret.encode(), timeout_s=_CONNECT_TIMEOUT_S,
+                             tls_root_certs=roots)
+        except TlsHandshakeError as e:
+            raise TlsHandshakeError(f"the kudu session service at {a.host}:{a.port}: {e}"
+                                    ) from e
         except NetworkError as e:
             raise SessionUnreachableError(
                 f"the kudu session service at {a.host}:{a.port} is not reachable ({e}): the "
@@ -272,6 +294,26 @@ class SessionClient:
         out = self.call("lead_heal", {"actions": [dict(a) for a in actions]})
         return [(None if err is None else decode_error(err), float(took))
                 for err, took in out]
+
+
+def _target(a: SessionAddress) -> tuple[str, bytes | None]:
+    """The Flight location of ``a`` and the PEM roots to verify it against (None: plain).
+
+    Raises:
+        CredentialError: ``a`` serves TLS and no CA is known to verify it.
+        InvalidArgumentError: a bad ``PYSPARK_KUDU_TLS_*`` configuration.
+    """
+    from pyspark_kudu.rpc.tls import CA_ENV, tls_from_env
+
+    own = tls_from_env()
+    if not a.tls and own is None:
+        return f"grpc+tcp://{a.host}:{a.port}", None
+    roots = a.tls_ca.encode() if a.tls_ca else own.ca_pem if own is not None else None
+    if roots is None:
+        raise CredentialError(
+            f"the kudu session service at {a.host}:{a.port} serves TLS, but this process "
+            f"has no CA to verify it: set {CA_ENV}")
+    return f"grpc+tls://{a.host}:{a.port}", roots
 
 
 def _b64(refs: Sequence[bytes]) -> list[str]:
