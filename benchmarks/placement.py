@@ -29,8 +29,8 @@ from collections import Counter
 from pathlib import Path
 
 from pyspark_kudu.master.placement import Placer, find_violations
+from pyspark_kudu.master.placement_sim import build_servers
 from pyspark_kudu.master.rebalancer import apply_moves, plan_rebalance
-from pyspark_kudu.master.sim import build_servers
 from pyspark_kudu.master.topology import ClusterSnapshot, Replica, Table, Tablet, TabletServer
 from pyspark_kudu.testing.benchdata import commit_id
 

@@ -22,7 +22,7 @@ from pyspark_kudu.consensus.messages import (
     encode_conf_change,
 )
 from pyspark_kudu.consensus.raft import Config, RaftNode, Ready, Role, SoftState, Status
-from pyspark_kudu.consensus.storage import MemoryStorage, Storage
+from pyspark_kudu.consensus.raft_storage import MemoryStorage, Storage
 
 __all__ = [
     "NONE",

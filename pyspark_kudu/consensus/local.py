@@ -23,7 +23,7 @@ from pyspark_kudu.consensus.messages import (
     Message,
 )
 from pyspark_kudu.consensus.raft import Config, RaftNode, Role
-from pyspark_kudu.consensus.storage import MemoryStorage, WritableStorage, bootstrap
+from pyspark_kudu.consensus.raft_storage import MemoryStorage, WritableStorage, bootstrap
 from pyspark_kudu.errors import IllegalStateError
 
 __all__ = ["LocalGroup"]

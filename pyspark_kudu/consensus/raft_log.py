@@ -15,7 +15,7 @@ Thread-safety: not thread-safe; owned by one ``RaftNode``.
 from __future__ import annotations
 
 from pyspark_kudu.consensus.messages import Entry, Snapshot
-from pyspark_kudu.consensus.storage import Storage, limit_size
+from pyspark_kudu.consensus.raft_storage import Storage, limit_size
 from pyspark_kudu.errors import CompactedError, ConsensusError, EntryUnavailableError
 
 __all__ = ["RaftLog"]

@@ -36,8 +36,8 @@ from pyspark_kudu.consensus.messages import (
     Snapshot,
 )
 from pyspark_kudu.consensus.raft import Config, RaftNode, Ready, Role
+from pyspark_kudu.consensus.raft_storage import MemoryStorage
 from pyspark_kudu.consensus.sim_checks import InvariantViolation, SafetyChecker
-from pyspark_kudu.consensus.storage import MemoryStorage
 from pyspark_kudu.errors import ProposalDroppedError
 
 __all__ = ["Cluster", "Flight", "Host", "Network", "NodeOptions", "SimulationFailure"]

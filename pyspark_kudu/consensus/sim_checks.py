@@ -48,7 +48,7 @@ from pyspark_kudu.consensus.messages import (
     Snapshot,
     decode_conf_change,
 )
-from pyspark_kudu.consensus.storage import MemoryStorage
+from pyspark_kudu.consensus.raft_storage import MemoryStorage
 
 __all__ = ["InvariantViolation", "SafetyChecker", "conf_after"]
 

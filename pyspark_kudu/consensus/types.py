@@ -10,7 +10,7 @@ import random
 from dataclasses import dataclass, field
 
 from pyspark_kudu.consensus.messages import ConfState, Entry, HardState, Message, Snapshot
-from pyspark_kudu.consensus.storage import Storage
+from pyspark_kudu.consensus.raft_storage import Storage
 from pyspark_kudu.errors import InvalidArgumentError
 
 __all__ = ["Config", "Ready", "Role", "SoftState", "Status"]

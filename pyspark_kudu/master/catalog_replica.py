@@ -52,7 +52,7 @@ from pyspark_kudu.consensus.messages import (
     encode_conf_change,
 )
 from pyspark_kudu.consensus.raft import Config, RaftNode, Ready, Role
-from pyspark_kudu.consensus.storage import WritableStorage
+from pyspark_kudu.consensus.raft_storage import WritableStorage
 from pyspark_kudu.errors import (
     InvalidArgumentError,
     KuduError,
@@ -120,7 +120,7 @@ def is_fresh_storage(storage: WritableStorage) -> bool:
 def bootstrap_group(storage: WritableStorage, addresses: Mapping[str, str]) -> None:
     """Found a master group: one ``ADD_VOTER`` per founder, its address as the context.
 
-    Like :func:`pyspark_kudu.consensus.storage.bootstrap`, but the addresses travel in the log
+    Like :func:`pyspark_kudu.consensus.raft_storage.bootstrap`, but the addresses travel in the log
     so every replica -- joiners included -- learns where the founders listen.
     """
     if not addresses:

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pyspark_kudu.consensus.raft import Role
-from pyspark_kudu.consensus.storage import WritableStorage
+from pyspark_kudu.consensus.raft_storage import WritableStorage
 from pyspark_kudu.errors import IllegalStateError, InvalidArgumentError, NetworkError
 from pyspark_kudu.fileio import make_private_dirs
 from pyspark_kudu.master.catalog_replica import (

@@ -1,7 +1,7 @@
 """What a replica's background maintenance should do next: pure policy, no I/O.
 
 In the spirit of Kudu's maintenance manager, a replica's host runs small, bounded operations
-in the background (:mod:`pyspark_kudu.spark.host.maintenance` runs them) so that a tablet
+in the background (:mod:`pyspark_kudu.spark.host.maintenance_manager` runs them) so that a tablet
 stays fast after updates without anyone asking:
 
 - **Compaction by overlap**: rowsets whose key ranges overlap are merged. Every write and

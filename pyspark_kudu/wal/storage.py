@@ -1,7 +1,7 @@
 """``WalStorage``: the durable Raft ``Storage`` of one replica, over the WAL and ``meta``.
 
-It answers the read-only :class:`~pyspark_kudu.consensus.storage.Storage` protocol and offers
-exactly the writes of :class:`~pyspark_kudu.consensus.storage.MemoryStorage`, with the same
+It answers the read-only :class:`~pyspark_kudu.consensus.raft_storage.Storage` protocol and offers
+exactly the writes of :class:`~pyspark_kudu.consensus.raft_storage.MemoryStorage`, with the same
 index conventions, the same checks in the same order and the same errors (a property test
 runs both side by side). Where each piece of state lives (DESIGN §5)::
 

@@ -158,7 +158,7 @@ def test_bootstrap_is_one_committed_entry_carrying_the_whole_configuration() -> 
     assert (hs.term, hs.commit) == (1, 1)
     assert cs.voters == {"x", "y", "z"}
     with pytest.raises(InvalidArgumentError, match="empty storage"):
-        from pyspark_kudu.consensus.storage import bootstrap
+        from pyspark_kudu.consensus.raft_storage import bootstrap
 
         bootstrap(st, ["x"])
 

@@ -10,7 +10,7 @@ Requests:
 
 =============  ==============================================================================
 CREATE         create the replica; founding members get the group's configuration bootstrapped
-               into their log (:func:`~pyspark_kudu.consensus.storage.bootstrap`), joiners
+               into their log (:func:`~pyspark_kudu.consensus.raft_storage.bootstrap`), joiners
                start empty and learn it from the leader.
 READ_STATE     hard state, configuration, log bounds and the uncommitted tail: what a client
                needs to act as this replica's leader state machine.
@@ -84,7 +84,7 @@ from pyspark_kudu.consensus.messages import (
     SnapshotMetadata,
 )
 from pyspark_kudu.consensus.raft import Config, RaftNode
-from pyspark_kudu.consensus.storage import bootstrap
+from pyspark_kudu.consensus.raft_storage import bootstrap
 from pyspark_kudu.errors import (
     CompactedError,
     CorruptionError,

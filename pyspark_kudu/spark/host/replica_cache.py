@@ -21,7 +21,7 @@ When their estimated total exceeds ``PYSPARK_KUDU_REPLICA_CACHE_MB`` (1024 MiB b
 with rounds served by the host's resident tablet server this is the host's budget), the
 least recently used replicas are closed until it fits; the host's maintenance flushes the
 largest MemRowSets first once they pass half of it
-(:mod:`~pyspark_kudu.spark.host.maintenance`), so a replica closed for memory rarely has
+(:mod:`~pyspark_kudu.spark.host.maintenance_manager`), so a replica closed for memory rarely has
 much to replay when it is opened again.
 
 On release the lazily kept commit index is persisted (``WalStorage.sync_commit``), so a

@@ -32,7 +32,7 @@ daemon dies (``PR_SET_PDEATHSIG``); and it checks its parent every second as a l
 The daemon itself never loads gRPC: forking a process with gRPC threads is unsafe.
 
 **Maintenance**: the server also runs its host's replicas' background maintenance
-(:mod:`~pyspark_kudu.spark.host.maintenance`: compactions and idle flushes, every
+(:mod:`~pyspark_kudu.spark.host.maintenance_manager`: compactions and idle flushes, every
 ``PYSPARK_KUDU_MAINTENANCE_INTERVAL_S`` seconds, 5 by default, 0 for none) over the data
 roots it has served.
 
@@ -63,7 +63,7 @@ import pyarrow as pa
 from pyspark_kudu.errors import InvalidArgumentError, KuduError, NotFoundError
 from pyspark_kudu.rpc.tls import TlsConfig, location, server_kwargs, tls_from_env
 from pyspark_kudu.spark.host.identity import current_host, local_data_root, verify_instance
-from pyspark_kudu.spark.host.maintenance import MaintenanceManager
+from pyspark_kudu.spark.host.maintenance_manager import MaintenanceManager
 from pyspark_kudu.spark.host.tserver_protocol import (
     ADDRESS_ENV,
     SERVE_ACTION,
@@ -131,7 +131,7 @@ def _note_root(root: str, options: Any) -> None:
 
 
 def _start_maintenance() -> MaintenanceManager | None:
-    """The background maintenance of this server's replicas (``spark/host/maintenance``)."""
+    """The background maintenance of this server's replicas (``spark/host/maintenance_manager``)."""
     global _maintenance
     interval = float(os.environ.get(MAINTENANCE_INTERVAL_ENV, "5") or 0)
     if interval <= 0:

@@ -64,7 +64,7 @@ from pyspark_kudu.consensus.messages import (
     SnapshotMetadata,
 )
 from pyspark_kudu.consensus.raft import Config, RaftNode, Ready, Role
-from pyspark_kudu.consensus.storage import MemoryStorage
+from pyspark_kudu.consensus.raft_storage import MemoryStorage
 from pyspark_kudu.errors import (
     FencedError,
     IllegalStateError,

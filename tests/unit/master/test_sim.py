@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pyspark_kudu.errors import NotFoundError
-from pyspark_kudu.master.sim import Simulation, build_servers, rack_loss_story
+from pyspark_kudu.master.placement_sim import Simulation, build_servers, rack_loss_story
 from pyspark_kudu.master.topology import (
     ClusterSnapshot,
     PlacementConfig,

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pyspark_kudu.consensus.storage import MemoryStorage
+from pyspark_kudu.consensus.raft_storage import MemoryStorage
 from pyspark_kudu.errors import AlreadyPresentError, NotFoundError, NotLeaderError
 from pyspark_kudu.master.catalog_replica import MasterReplica, bootstrap_group
 from pyspark_kudu.master.client import MasterClient

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from pyspark_kudu.errors import InvalidArgumentError
 from pyspark_kudu.schema import ColumnSchema, Schema
 from pyspark_kudu.spark.host.handlers import catch_up, tablet_dir
-from pyspark_kudu.spark.host.maintenance import MaintenanceManager, maintain_replica
+from pyspark_kudu.spark.host.maintenance_manager import MaintenanceManager, maintain_replica
 from pyspark_kudu.spark.host.replica_cache import clear_cache, open_replica
 from pyspark_kudu.spark.host.replica_scan import scan_replica
 from pyspark_kudu.spark.replication.peer_transport import DirectTransport
@@ -167,7 +167,7 @@ def test_a_crash_in_the_middle_of_a_compaction_loses_nothing(
     before = _rows(root)
     clear_cache()
     script = textwrap.dedent(f"""
-        from pyspark_kudu.spark.host.maintenance import maintain_replica
+        from pyspark_kudu.spark.host.maintenance_manager import maintain_replica
         from pyspark_kudu.tablet.maintenance import MaintenancePolicy
         maintain_replica({root!r}, "t", MaintenancePolicy(budget_bytes=1 << 30))
     """)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pyspark_kudu.consensus.messages import ConfState, HardState, Snapshot, SnapshotMetadata
-from pyspark_kudu.consensus.storage import Storage
+from pyspark_kudu.consensus.raft_storage import Storage
 from pyspark_kudu.errors import (
     CompactedError,
     CorruptionError,

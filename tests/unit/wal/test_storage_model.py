@@ -25,7 +25,7 @@ from pyspark_kudu.consensus.messages import (
     Snapshot,
     SnapshotMetadata,
 )
-from pyspark_kudu.consensus.storage import MemoryStorage
+from pyspark_kudu.consensus.raft_storage import MemoryStorage
 from pyspark_kudu.wal import SyncPolicy, WalOptions, WalStorage
 from pyspark_kudu.wal.format import HEADER_SIZE
 
