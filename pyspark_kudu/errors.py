@@ -41,6 +41,7 @@ __all__ = [
     "ServiceUnavailableError",
     "SessionUnreachableError",
     "TimedOutError",
+    "TlsHandshakeError",
     "UsageError",
 ]
 
@@ -72,6 +73,12 @@ class InvalidArgumentError(UsageError):
 class CredentialError(InvalidArgumentError):
     """A service and its caller do not share the credential (``PYSPARK_KUDU_SECRET``, or
     the masters' token): either side refused the other. Retrying cannot help."""
+
+
+class TlsHandshakeError(CredentialError):
+    """A client's TLS handshake failed: the server does not serve TLS, or its certificate
+    is not signed by the client's CA or does not name the address dialled
+    (:mod:`pyspark_kudu.rpc.tls`). Retrying cannot help."""
 
 
 class IllegalStateError(UsageError):

@@ -47,7 +47,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
-from pyspark_kudu.errors import CredentialError, InvalidArgumentError
+from pyspark_kudu.errors import InvalidArgumentError, TlsHandshakeError
 
 __all__ = [
     "CA_ENV",
@@ -80,12 +80,6 @@ _CERT_MARK = b"-----BEGIN CERTIFICATE-----"
 _TLS_FAILURES = ("Ssl handshake", "SSL_ERROR", "TSI_", "certificate verify failed",
                  "not in peer certificate", "wrong version number")
 _HANGUPS = ("Socket closed", "Connection reset", "Broken pipe", "End of TCP stream")
-
-
-class TlsHandshakeError(CredentialError):
-    """A client's TLS handshake failed: the server does not serve TLS, or its certificate
-    is not signed by the client's CA or does not name the address dialled. Retrying
-    cannot help."""
 
 
 @dataclass(frozen=True)
