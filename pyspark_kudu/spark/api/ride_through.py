@@ -117,8 +117,11 @@ class RideThrough:
                     lead, [refs[k].entry_data() for k in redo] or [b""],
                     want_results=want_results and bool(redo)).result()
             except UncommittedError as e:
+                # Where the proposed batches now sit (for the next attempt's check); with
+                # nothing to redo, the one proposed entry was the empty one: no batch moved.
                 again: list[tuple[int, int] | None] = (
-                    [None] * len(redo) if e.positions is None else list(e.positions))
+                    [None] * len(redo) if e.positions is None or not redo
+                    else list(e.positions))
                 for k, p in zip(redo, again, strict=True):
                     positions[k] = p
                 last = e
