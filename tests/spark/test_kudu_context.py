@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -194,3 +195,39 @@ def test_rounds_are_served_by_the_hosts_resident_tablet_server(
     after = ping(address, secret)
     assert after["rounds_served"] > before, after
     assert sorted(r["id"] for r in kudu.read_table("served").collect()) == list(range(20))
+
+
+def test_a_scan_whose_token_names_stale_server_addresses_asks_for_fresh_ones(
+    spark: SparkSession, kudu: KuduContext, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A replaced executor's resident tablet server listens on a new port, so a scan token
+    planned before names an address nobody answers at: the scan fails with every reason
+    unless it may ask the planning side for the current addresses, then it reads it all."""
+    from dataclasses import replace
+
+    from pyspark_kudu.errors import ServiceUnavailableError
+    from pyspark_kudu.rpc.auth import SECRET_ENV
+    from pyspark_kudu.spark.host.replica_reader import read_tablet_refreshing
+
+    monkeypatch.setenv(SECRET_ENV, kudu.credential)
+    kudu.create_table("stale", STRUCT, keys=["id"],
+                      partitioning=PartitionSchema((HashDimension(("id",), 2),)))
+    kudu.upsert_rows(spark.createDataFrame([(i, f"v{i}") for i in range(30)], STRUCT), "stale")
+    with socket.socket() as s:  # a port nothing listens on once closed
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    tokens = [replace(t, replicas=tuple(replace(r, address=dead) for r in t.replicas))
+              for t in kudu.scan_tokens("stale")]
+    with pytest.raises(ServiceUnavailableError, match="no replica served a scan"):
+        list(read_tablet_refreshing(tokens[0], None))
+    asked: list[int] = []
+
+    def fresh() -> dict[str, str]:
+        asked.append(1)
+        return {s.uuid: s.address for s in kudu.servers}
+
+    rows = sorted(r for t in tokens for b in read_tablet_refreshing(t, fresh)
+                  for r in zip(b.column("id").to_pylist(), b.column("v").to_pylist(),
+                               strict=True))
+    assert rows == [(i, f"v{i}") for i in range(30)]
+    assert len(asked) == len(tokens), f"asked for fresh addresses {len(asked)} times"

@@ -473,7 +473,8 @@ class KuduContext(WritePath, ReplicaManagement):
           thesis §6.4, a read through the log). Costs a round, and like a write it fences
           another writer's leadership of those tablets. ``locality`` does not apply.
         """
-        return reads.read_table(self, name, columns, predicates, snapshot, locality, read_mode)
+        return reads.read_table(self, name, columns, predicates, snapshot, locality, read_mode,
+                                self.session_service.address)
 
     def scan_tokens(self, name: str, columns: Sequence[str] | None = None,
                     predicates: Sequence[Predicate] = (), snapshot: int | None = None,

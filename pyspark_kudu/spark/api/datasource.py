@@ -104,7 +104,11 @@ from pyspark_kudu.spark.api.source_options import (
 )
 from pyspark_kudu.spark.host.dataplane import INLINE_MAGIC, StagedRef, stage_batches
 from pyspark_kudu.spark.host.identity import current_host, local_data_root
-from pyspark_kudu.spark.host.replica_reader import ReplicaChoice, TabletScan, read_tablet
+from pyspark_kudu.spark.host.replica_reader import (
+    ReplicaChoice,
+    TabletScan,
+    read_tablet_refreshing,
+)
 from pyspark_kudu.spark.replication.session_client import SessionAddress, SessionClient, TableInfo
 from pyspark_kudu.tablet import OpType
 
@@ -524,8 +528,16 @@ class KuduScanReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, TabletPartition):
             return  # Spark's stand-in partition when pruning left no tablet
-        for rb in read_tablet(partition.scan):
+        refresh = self._fresh_addresses if self.session is not None else None
+        for rb in read_tablet_refreshing(partition.scan, refresh):
             yield self._conform(rb)
+
+    def _fresh_addresses(self) -> dict[str, str]:
+        """The tablet servers' current addresses, from the session service (its
+        ``describe`` learns executors replaced since this scan was planned)."""
+        assert self.session is not None
+        info = SessionClient(self.session).describe(self.opts.table)
+        return {ts: v[2] for ts, v in info.tservers.items() if v[2]}
 
     def _conform(self, rb: pa.RecordBatch) -> pa.RecordBatch:
         """``rb`` with exactly the declared Arrow schema (order, types, nullability)."""

@@ -19,6 +19,7 @@ Thread-safety: functions only; planning reads the context's leaders under its lo
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from functools import partial
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -30,8 +31,13 @@ from pyspark_kudu.master.client import MasterClient
 from pyspark_kudu.master.entities import MemberType
 from pyspark_kudu.partitioning import Partitioner, PartitionSchema
 from pyspark_kudu.schema import Predicate, Schema
-from pyspark_kudu.spark.host.replica_reader import ReplicaChoice, TabletScan, read_tablet
+from pyspark_kudu.spark.host.replica_reader import (
+    ReplicaChoice,
+    TabletScan,
+    read_tablet_refreshing,
+)
 from pyspark_kudu.spark.pinned import pinned_rdd
+from pyspark_kudu.spark.replication.session_client import SessionAddress, SessionClient
 from pyspark_kudu.spark.replication.spark_rounds import SparkTransport, TabletServerLocation
 
 __all__ = ["LOCALITIES", "READ_MODES", "ScanClient", "out_schema_to_spark", "read_table",
@@ -69,15 +75,17 @@ class ScanClient(Protocol):
 
 def read_table(kudu: ScanClient, name: str, columns: Sequence[str] | None,
                predicates: Sequence[Predicate], snapshot: int | None, locality: str,
-               read_mode: str) -> DataFrame:
-    """See :meth:`KuduContext.read_table`."""
+               read_mode: str, session: SessionAddress | None = None) -> DataFrame:
+    """See :meth:`KuduContext.read_table`. ``session``: the context's session service, which
+    a scan task asks for the tablet servers' current addresses when none in its token
+    answers (:func:`read_tablet_refreshing`)."""
     tokens, out_schema, schema = scan_tokens(kudu, name, columns, predicates, snapshot,
                                              locality, read_mode)
     spark_schema = out_schema_to_spark(out_schema, schema)
     if not tokens:
         return kudu.spark.createDataFrame([], spark_schema)
     rdd = pinned_rdd(kudu.spark.sparkContext, [(t, t.preferred_hosts()) for t in tokens])
-    raw = kudu.spark.createDataFrame(rdd.mapPartitions(_scan_partition),
+    raw = kudu.spark.createDataFrame(rdd.mapPartitions(partial(_scan_partition, session)),
                                      StructType([StructField("ipc", BinaryType(), False)]))
     return raw.mapInArrow(_decoder(out_schema), spark_schema)
 
@@ -153,13 +161,20 @@ def out_schema_to_spark(arrow: pa.Schema, schema: Schema) -> StructType:
     return StructType([full[f.name] for f in arrow])
 
 
-def _scan_partition(it: Iterator[TabletScan]) -> Iterator[tuple[bytes]]:
+def _scan_partition(session: SessionAddress | None, it: Iterator[TabletScan]
+                    ) -> Iterator[tuple[bytes]]:
     for scan in it:
-        for batch in read_tablet(scan):
+        refresh = partial(_fresh_addresses, session, scan.table) if session else None
+        for batch in read_tablet_refreshing(scan, refresh):
             sink = pa.BufferOutputStream()
             with pa.ipc.new_stream(sink, batch.schema) as w:
                 w.write_batch(batch)
             yield (sink.getvalue().to_pybytes(),)
+
+
+def _fresh_addresses(session: SessionAddress, table: str) -> dict[str, str]:
+    info = SessionClient(session).describe(table)
+    return {ts: v[2] for ts, v in info.tservers.items() if v[2]}
 
 
 def _decoder(schema: pa.Schema) -> Any:

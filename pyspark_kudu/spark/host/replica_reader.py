@@ -33,14 +33,16 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
 from pyspark_kudu.errors import (
     CredentialError,
     InvalidArgumentError,
+    KuduError,
     NetworkError,
     NotFoundError,
     ServiceUnavailableError,
@@ -53,7 +55,8 @@ from pyspark_kudu.spark.host.identity import current_host, local_data_root, veri
 from pyspark_kudu.spark.host.replica_scan import scan_replica
 from pyspark_kudu.spark.host.tserver_protocol import ScanRequest
 
-__all__ = ["ReplicaChoice", "TabletScan", "order_replicas", "read_tablet"]
+__all__ = ["ReplicaChoice", "TabletScan", "order_replicas", "read_tablet",
+           "read_tablet_refreshing"]
 
 _SKIPPABLE = (ServiceUnavailableError, NotFoundError, NetworkError, TimedOutError, OSError)
 
@@ -202,3 +205,46 @@ def read_tablet(scan: TabletScan, host: str | None = None,
     raise ServiceUnavailableError(
         f"table {scan.table}, tablet {scan.tablet_id}: no replica served a scan from this "
         f"task on {host} ({'; '.join(tried)})")
+
+
+#: How long a scan task keeps asking for its replicas' current addresses when none served.
+REFRESH_DEADLINE_S = 30.0
+_REFRESH_PAUSE_S = 1.0
+
+
+def read_tablet_refreshing(scan: TabletScan,
+                           refresh: Callable[[], Mapping[str, str]] | None,
+                           deadline_s: float = REFRESH_DEADLINE_S
+                           ) -> Iterator[pa.RecordBatch]:
+    """:func:`read_tablet`, for a task whose scan token may be stale: a replica's host
+    whose executor was replaced runs a new resident tablet server on a new port, so the
+    address in the token no longer answers. When no replica served the scan, ``refresh``
+    (the planning side's current ``{tablet server: address}``, e.g. the session service's
+    ``describe``, which learns replaced executors) is asked and the scan tried again, a
+    second apart, until ``deadline_s``. Only before the first batch: a scan that fails
+    later fails its task, and Spark runs it again whole.
+
+    Raises:
+        ServiceUnavailableError: no replica served the scan within ``deadline_s``.
+    """
+    deadline = time.monotonic() + deadline_s
+    while True:
+        it = read_tablet(scan)
+        try:
+            first = next(it, None)
+        except ServiceUnavailableError:
+            if refresh is None or time.monotonic() >= deadline:
+                raise
+            time.sleep(_REFRESH_PAUSE_S)
+            try:
+                fresh = refresh()
+            except KuduError:  # the planning side is busy or gone: try the old addresses
+                continue
+            scan = replace(scan, replicas=tuple(
+                replace(r, address=fresh.get(r.ts_uuid) or r.address) for r in scan.replicas))
+            continue
+        if first is not None:
+            yield first
+            yield from it
+        return
+
