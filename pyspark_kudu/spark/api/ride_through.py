@@ -57,9 +57,8 @@ class RideThrough:
     #: leader host, a stage aborted by a dying executor) before the write raises.
     ride_through_s: float = 60.0
 
-    def _leaders_for(self, locs: TableLocations, tablet_ids: Sequence[str],
-                     exclude: frozenset[str] = frozenset()) -> dict[str, TabletLeader]:
-        raise NotImplementedError  # the write path's
+    #: This client's leader of each tablet (``WritePath._leaders_for``, electing if needed).
+    _leaders_for: Callable[[TableLocations, Sequence[str]], dict[str, TabletLeader]]
 
     def _ride_through(self, table: str, tid: str, staged: Sequence[Staged],
                       err: UncommittedError, restage: Restager | None = None
