@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import shutil
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,9 @@ from pyspark_kudu.partitioning import HashDimension, PartitionSchema
 from pyspark_kudu.spark.api.context import KuduContext
 from pyspark_kudu.spark.host.dataplane import Staged, StagedRef
 from pyspark_kudu.spark.host.handlers import read_writers
+from pyspark_kudu.spark.host.tserver_client import ping
 from pyspark_kudu.spark.pinned import executor_hosts
+from pyspark_kudu.spark.replication.session_client import SessionClient
 from pyspark_kudu.spark.replication.write_service import WriteSummary
 from pyspark_kudu.testing.standalone_cluster import StandaloneCluster
 from tests.waiting import wait_until
@@ -166,3 +169,48 @@ def test_a_write_without_a_live_majority_fails_naming_the_tablet_and_its_hosts(
     kudu.upsert_rows(cluster_spark.createDataFrame([(3, "c")], STRUCT), "minority")
     got = {r["id"] for r in kudu.read_table("minority").collect()}
     assert {1, 3} <= got <= {1, 2, 3}  # 2's outcome is unknown, as the error said
+
+
+def test_concurrent_address_refreshes_after_an_executor_is_replaced_agree(
+    cluster_spark: SparkSession, standalone_cluster: StandaloneCluster, kudu: KuduContext,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An executor is replaced (its resident tablet server listens on a new port) and many
+    scan tasks ask the session service for fresh addresses at once: one discovery job runs,
+    every caller gets the new address, and the master's registration moves to it and stays
+    there (unserialized refreshes could apply an older job's address after a newer one's)."""
+    sc = cluster_spark.sparkContext
+    victim = sorted(standalone_cluster.alive_workers())[-1]
+    (ts,) = [s for s in kudu.servers if s.host == victim]
+    old = kudu.server_addresses()[ts.uuid]
+    standalone_cluster.kill_worker(victim)
+    wait_until(lambda: victim not in executor_hosts(sc), 60,
+               f"the driver noticing the executor loss on {victim}", poll_s=0.2)
+    _restart(standalone_cluster, sc, [victim])
+    real = kudu._discover_hosts
+    jobs: list[Sequence[str]] = []
+
+    def counted(hosts: Sequence[str]) -> Any:
+        jobs.append(tuple(hosts))
+        return real(hosts)
+
+    monkeypatch.setattr(kudu, "_discover_hosts", counted)
+    client = SessionClient(kudu.session_service.address)
+    with ThreadPoolExecutor(8) as pool:
+        seen = list(pool.map(lambda _: client.server_addresses(), range(8)))
+    assert jobs == [(victim,)], f"discovery jobs run: {jobs}"
+    new = seen[0][ts.uuid]
+    assert all(s == seen[0] for s in seen), seen
+    assert new != old, f"the address of {victim}'s tablet server did not change ({old})"
+    assert ping(new, kudu.credential.encode())["host"] == victim
+
+    def registered() -> int:
+        meta = {m["uuid"]: m for m in kudu.master.list_tservers()}[ts.uuid]
+        return int(meta["port"])
+
+    port = int(new.rpartition(":")[2])
+    wait_until(lambda: registered() == port, 30,
+               f"the master registering {ts.uuid} at its new port {port}", poll_s=0.2)
+    for _ in range(3):  # and it stays there across heartbeats
+        kudu.liveness.beat_once()
+        assert registered() == port

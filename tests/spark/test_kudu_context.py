@@ -208,8 +208,11 @@ def test_a_scan_whose_token_names_stale_server_addresses_asks_for_fresh_ones(
     from pyspark_kudu.errors import ServiceUnavailableError
     from pyspark_kudu.rpc.auth import SECRET_ENV
     from pyspark_kudu.spark.host.replica_reader import read_tablet_refreshing
+    from pyspark_kudu.spark.replication.session_client import SessionClient
 
     monkeypatch.setenv(SECRET_ENV, kudu.credential)
+    assert SessionClient(kudu.session_service.address).server_addresses() == {
+        s.uuid: s.address for s in kudu.servers if s.address}
     kudu.create_table("stale", STRUCT, keys=["id"],
                       partitioning=PartitionSchema((HashDimension(("id",), 2),)))
     kudu.upsert_rows(spark.createDataFrame([(i, f"v{i}") for i in range(30)], STRUCT), "stale")
@@ -221,10 +224,11 @@ def test_a_scan_whose_token_names_stale_server_addresses_asks_for_fresh_ones(
     with pytest.raises(ServiceUnavailableError, match="no replica served a scan"):
         list(read_tablet_refreshing(tokens[0], None))
     asked: list[int] = []
+    client = SessionClient(kudu.session_service.address)
 
-    def fresh() -> dict[str, str]:
+    def fresh() -> dict[str, str]:  # what the scan tasks ask the session service
         asked.append(1)
-        return {s.uuid: s.address for s in kudu.servers}
+        return client.server_addresses()
 
     rows = sorted(r for t in tokens for b in read_tablet_refreshing(t, fresh)
                   for r in zip(b.column("id").to_pylist(), b.column("v").to_pylist(),

@@ -222,6 +222,7 @@ class KuduContext(WritePath, ReplicaManagement):
         self._leaders: dict[str, TabletLeader] = {}
         self._failed_reported: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
+        self._refresh_lock = threading.Lock()
         self._closed = False
         self.liveness = LivenessReporter(
             self.master, [s.meta() for s in self.servers],
@@ -296,24 +297,43 @@ class KuduContext(WritePath, ReplicaManagement):
     def refresh_servers(self) -> None:
         """Learn the new tablet server address of every host whose executor was replaced
         since the last look (a new executor runs a new resident server on a new port) and
-        register it with the master. Cheap when nothing changed: one look at the executors."""
+        register it with the master. Cheap when nothing changed: one look at the executors.
+
+        One refresh at a time (``_refresh_lock``): every scan task that found its replicas'
+        addresses stale asks at about the same moment, and unserialized refreshes both ran
+        one discovery job each and could apply an older job's addresses after a newer one's
+        (the master's registration flipped back to a dead port). A caller that waited finds
+        the hosts already looked at. A host whose executor changed again while its
+        discovery job ran is looked at again next time."""
         if self._local:
             return
-        now = executor_hosts(self.spark.sparkContext)
-        changed = sorted(h for h, ids in now.items() if self._executors.get(h) != ids)
-        if not changed:
-            return
-        try:
-            fresh = {s.uuid: s for s in self._discover_hosts(changed)}
-        except Exception as e:  # an executor lost meanwhile: the next read looks again
-            _log.warning("refreshing tablet server addresses failed: %s", root_cause(str(e)))
-            return
+        with self._refresh_lock:
+            sc = self.spark.sparkContext
+            now = executor_hosts(sc)
+            changed = sorted(h for h, ids in now.items() if self._executors.get(h) != ids)
+            if not changed:
+                return
+            try:
+                fresh = {s.uuid: s for s in self._discover_hosts(changed)}
+            except Exception as e:  # an executor lost meanwhile: the next read looks again
+                _log.warning("refreshing tablet server addresses failed: %s",
+                             root_cause(str(e)))
+                return
+            with self._lock:
+                self.servers = [fresh.get(s.uuid, s) for s in self.servers]
+            after = executor_hosts(sc)
+            for h in changed:
+                if after.get(h) == now[h]:
+                    self._executors[h] = now[h]
+            for s in fresh.values():
+                self.liveness.update(s.meta())
+
+    def server_addresses(self) -> dict[str, str]:
+        """``{tablet server: address of its resident server}``, refreshed first (what a scan
+        task whose token's addresses no longer answer asks the session service for)."""
+        self.refresh_servers()
         with self._lock:
-            self.servers = [fresh.get(s.uuid, s) for s in self.servers]
-        for h in changed:
-            self._executors[h] = now[h]
-        for s in fresh.values():
-            self.liveness.update(s.meta())
+            return {s.uuid: s.address for s in self.servers if s.address}
 
     def _register(self, deadline_s: float = 30.0) -> None:
         """Heartbeat every tablet server to every master until the leader has seen it (only

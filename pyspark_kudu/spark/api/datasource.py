@@ -528,16 +528,10 @@ class KuduScanReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, TabletPartition):
             return  # Spark's stand-in partition when pruning left no tablet
-        refresh = self._fresh_addresses if self.session is not None else None
+        refresh = (SessionClient(self.session).server_addresses
+                   if self.session is not None else None)
         for rb in read_tablet_refreshing(partition.scan, refresh):
             yield self._conform(rb)
-
-    def _fresh_addresses(self) -> dict[str, str]:
-        """The tablet servers' current addresses, from the session service (its
-        ``describe`` learns executors replaced since this scan was planned)."""
-        assert self.session is not None
-        info = SessionClient(self.session).describe(self.opts.table)
-        return {ts: v[2] for ts, v in info.tservers.items() if v[2]}
 
     def _conform(self, rb: pa.RecordBatch) -> pa.RecordBatch:
         """``rb`` with exactly the declared Arrow schema (order, types, nullability)."""

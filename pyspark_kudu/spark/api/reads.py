@@ -164,17 +164,12 @@ def out_schema_to_spark(arrow: pa.Schema, schema: Schema) -> StructType:
 def _scan_partition(session: SessionAddress | None, it: Iterator[TabletScan]
                     ) -> Iterator[tuple[bytes]]:
     for scan in it:
-        refresh = partial(_fresh_addresses, session, scan.table) if session else None
+        refresh = SessionClient(session).server_addresses if session else None
         for batch in read_tablet_refreshing(scan, refresh):
             sink = pa.BufferOutputStream()
             with pa.ipc.new_stream(sink, batch.schema) as w:
                 w.write_batch(batch)
             yield (sink.getvalue().to_pybytes(),)
-
-
-def _fresh_addresses(session: SessionAddress, table: str) -> dict[str, str]:
-    info = SessionClient(session).describe(table)
-    return {ts: v[2] for ts, v in info.tservers.items() if v[2]}
 
 
 def _decoder(schema: pa.Schema) -> Any:

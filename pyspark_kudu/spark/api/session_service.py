@@ -127,6 +127,8 @@ class SessionBackend(Protocol):
 
     def describe(self, table: str) -> TableInfo: ...
 
+    def server_addresses(self) -> dict[str, str]: ...
+
     def commit_staged(self, table: str, staged: Sequence[Staged],
                       bad_rows: Sequence[str] = (), *, forwarded: bool = False
                       ) -> WriteSummary: ...
@@ -259,6 +261,8 @@ class SessionService:
         match method:
             case "describe":
                 return self.describe(str(body["table"])).to_dict()
+            case "server_addresses":
+                return self._kudu.server_addresses()
             case "commit":
                 return asdict(self.commit(str(body["table"]), _refs(body), _bad(body),
                                           _ids(body)))

@@ -250,6 +250,11 @@ class SessionClient:
     def describe(self, table: str) -> TableInfo:
         return TableInfo.from_dict(self.call("describe", {"table": table}))
 
+    def server_addresses(self) -> dict[str, str]:
+        """The tablet servers' current addresses (executors replaced since a scan was
+        planned run new resident servers on new ports)."""
+        return {str(k): str(v) for k, v in self.call("server_addresses", {}).items()}
+
     def commit(self, table: str, refs: Sequence[bytes], bad_rows: Sequence[str],
                write_ids: Sequence[str]) -> WriteSummary:
         """Replicate staged batches of one write (then discard its staging)."""
