@@ -16,7 +16,8 @@ leader that receives a full report re-drives everything its predecessor left unf
   replica placed with :func:`~pyspark_kudu.master.placement.place_extra_replica`
   (``add_replica``, as NON_VOTER: Raft config change seed, 3-4-3; ``replacing`` names the
   doomed voter the leader evicts right after promoting the new one); one that is
-  over-replicated sheds its REPLACE-marked or dead replica (``remove_replica``);
+  over-replicated sheds its REPLACE-marked or dead replica (``remove_replica``), and, in the
+  healer's plan, a NON_VOTER it no longer needs (an add or a move cut short);
 - on a *full* report, tablets the catalog assigns to the server that it did not report are
   created again (``create_tablet``, the seed's "nudge").
 
@@ -186,6 +187,12 @@ def _replication_actions(
         if dead_non_voters:
             return [{"action": "remove_replica", "tablet_id": tb.tablet_id,
                      "ts_uuid": dead_non_voters[0], "cas_config_index": tb.config_index}]
+        if not doomed and non_voters and len(healthy_voters) >= rf:
+            # A NON_VOTER nobody needs: an add cut short after the new replica joined, whose
+            # failed voter came back meanwhile, or an interrupted rebalancing move. Kept, it
+            # would show the tablet RECOVERING in ksck for ever; evicted, as Kudu does.
+            return [{"action": "remove_replica", "tablet_id": tb.tablet_id,
+                     "ts_uuid": non_voters[0].ts_uuid, "cas_config_index": tb.config_index}]
     if len(healthy_voters) + len(non_voters) >= rf:
         return []  # enough replicas (some may be catching up as NON_VOTER)
     topo_table = Table(table.table_id, table.name, rf,

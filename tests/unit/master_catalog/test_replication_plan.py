@@ -80,3 +80,24 @@ def test_rebalancing_moves_fix_a_location_majority_once_the_rack_is_back() -> No
     assert a["ts_uuid"] in ("ts0", "ts3") and a["cas_config_index"] == 2
     # While /rack2 is still gone, there is no legal move.
     assert rebalance_actions(c, live=live - {"ts2"}, rng=random.Random(0)) == []
+
+
+def test_a_non_voter_left_by_an_interrupted_add_is_evicted_once_it_is_not_needed() -> None:
+    """The add that replaced a failed voter was cut short after the new replica joined as
+    a NON_VOTER, and the failed server came back: three healthy voters need no fourth, so
+    the NON_VOTER goes (ksck would show the tablet RECOVERING for ever otherwise)."""
+    c = with_tservers(4)
+    c, tb = _table(c, set(c.tservers))
+    voters = list(c.tablets[tb].voters)
+    (spare,) = set(c.tservers) - set(voters)
+    c = _config(c, tb, voters, [spare], index=2)
+    live = set(c.tservers)
+    acts = replication_plan(c, live=live, failed=set(), rng=random.Random(0))
+    assert [(a["action"], a["ts_uuid"], a["cas_config_index"]) for a in acts] == [
+        ("remove_replica", spare, 2)]
+    # While a voter is still failed the same NON_VOTER is the replacement: promoted.
+    acts = replication_plan(c, live=live - {voters[1]}, failed={voters[1]},
+                            rng=random.Random(0))
+    assert [(a["action"], a["ts_uuid"]) for a in acts] == [("promote_replica", spare)]
+    c = _config(c, tb, voters, index=3)
+    assert replication_plan(c, live=live, failed=set(), rng=random.Random(0)) == []
