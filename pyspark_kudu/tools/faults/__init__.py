@@ -11,7 +11,9 @@ a report.
 * :mod:`.workload` -- the client threads (only outcome-unknown errors make an op ``info``);
 * :mod:`.sampler` -- ksck every second, and when replication counts as whole again;
 * :mod:`.harness` -- the standalone Spark cluster, the schedule, the workload, the checks;
-  ``python -m pyspark_kudu.tools.faults --mode short --seed 1 --out DIR``.
+  ``python -m pyspark_kudu.tools.faults --mode short --seed 1 --out DIR``;
+* :mod:`.chaos` -- ``--mode chaos``: ``format("kudu")`` writes and reads while an executor is
+  killed every few seconds; :mod:`.chaos_report` -- its counts, latencies and failures.
 """
 
 from pyspark_kudu.tools.faults.checker import CheckResult, Violation, check

@@ -63,6 +63,14 @@ from pathlib import Path
 from typing import Any
 
 from pyspark_kudu.fileio import FULL_DISKS_ENV
+from pyspark_kudu.tools.faults.chaos import (
+    ACK_GOAL,
+    ChaosInjector,
+    ChaosWorkload,
+    run_chaos,
+    tserver_view,
+)
+from pyspark_kudu.tools.faults.chaos_report import chaos_summary, log_lines, plot_writes
 from pyspark_kudu.tools.faults.checker import CheckResult, check
 from pyspark_kudu.tools.faults.history import HistoryWriter, Key, Value, load_history
 from pyspark_kudu.tools.faults.inject import FaultEvent, plan_schedule
@@ -96,6 +104,9 @@ class HarnessConfig:
     tail_s: float = 5.0
     restore_deadline_s: float = 150.0
     unresponsive_s: float = 6.0
+    # When the master declares a silent tablet server failed and has its replicas replaced
+    # (None: after ``unresponsive_s``, as fast as it notices).
+    failed_after_s: float | None = None
     # How long a fault waits for its precondition (full replication again, an executor on
     # the host, a replica WAL worth corrupting) before the run fails: full replication
     # takes ~20-40 s here after a fault, twice that on a machine twice as slow.
@@ -125,6 +136,20 @@ class HarnessConfig:
     # machine and ~7 min on one loaded by other test clusters (seed 2, issue 19).
     budget_s: float = 720.0
     budget_grace_s: float = 150.0
+    # Chaos mode (:mod:`.chaos`): one client's ``format("kudu")`` upserts of ``chaos_rows``
+    # keys each, at most ``chaos_writes`` of them within ``fault_window_s``, while an
+    # executor is killed every ``chaos_period_s``; reads with ``kudu.readMode`` =
+    # ``chaos_read_mode``. ``chaos_ack_goal`` is reported, never an exit code.
+    chaos: bool = False
+    chaos_period_s: float = 8.0
+    chaos_rows: int = 200
+    chaos_writes: int = 30
+    chaos_read_mode: str = "read_latest"
+    chaos_ack_goal: float = ACK_GOAL
+    # How long the chaos writes may run past ``fault_window_s``: the write under way when the
+    # window closes finishes and is read back (measured on the loaded 2-core machine: a write
+    # riding through failed rounds for 200 s, its read-back as long).
+    chaos_write_grace_s: float = 600.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -138,6 +163,15 @@ MODES: dict[str, HarnessConfig] = {
                           gap_s=(5.0, 15.0), budget_s=1800.0,
                           kinds=("kill_executor", "restart_worker", "corrupt_replica",
                                  "disk_full", "pause_host")),
+    # What a user sees: product defaults where they shape the outcome (a tablet server
+    # silent 30 s is unavailable and failed -- replaced -- after 300 s, rounds time out
+    # after 300 s): the kills are transient, so nothing is re-replicated.
+    "chaos": HarnessConfig(mode="chaos", chaos=True, workers=6, clients=1, sessions=1,
+                           keys=1000, buckets=3, warmup_s=5.0, fault_window_s=240.0,
+                           tail_s=5.0, restore_deadline_s=300.0, unresponsive_s=30.0,
+                           failed_after_s=300.0,
+                           lose_host=False, kinds=("kill_executor",), round_timeout_s=300.0,
+                           budget_s=1800.0),
 }
 
 
@@ -238,6 +272,10 @@ def run(cfg: HarnessConfig, outdir: Path, schedule: Sequence[FaultEvent] | None 
     wall0 = time.monotonic()
     errors: list[str] = []
     notes: list[str] = [
+        f"chaos: one client, {cfg.chaos_rows}-row format('kudu') upserts (at most "
+        f"{cfg.chaos_writes} in {cfg.fault_window_s:.0f} s) each followed by a "
+        f"format('kudu') read ({cfg.chaos_read_mode}), an executor killed every "
+        f"{cfg.chaos_period_s:g} s" if cfg.chaos else
         f"{cfg.clients} client threads over {cfg.sessions} SparkSessions of one application, "
         "each session with its own KuduContext (independent clients; the lease holder of a "
         "tablet leads it, the other forwards); two applications with twin clusters are too "
@@ -248,7 +286,7 @@ def run(cfg: HarnessConfig, outdir: Path, schedule: Sequence[FaultEvent] | None 
     full_disks_before = os.environ.get(FULL_DISKS_ENV)
     os.environ[FULL_DISKS_ENV] = str(outdir / "full-disks.json")
     cluster = StandaloneCluster(outdir / "spark", workers=cfg.workers, cores=1)
-    master = MasterProcess(outdir / "kudu-master", cfg.unresponsive_s)
+    master = MasterProcess(outdir / "kudu-master", cfg.unresponsive_s, cfg.failed_after_s)
     spark: Any = None
     kudu: Any = None
     others: list[Any] = []  # the KuduContexts of the other sessions
@@ -256,6 +294,7 @@ def run(cfg: HarnessConfig, outdir: Path, schedule: Sequence[FaultEvent] | None 
     sampler: ReplicationSampler | None = None
     injector: FaultInjector | None = None
     workload: Workload | None = None
+    chaos: ChaosWorkload | None = None
     plan: list[FaultEvent] = list(schedule or [])
     final: dict[Key, Value] | None = None
     faults_end: float | None = None
@@ -289,33 +328,53 @@ def run(cfg: HarnessConfig, outdir: Path, schedule: Sequence[FaultEvent] | None 
                 round_timeout_s=cfg.round_timeout_s))
         kudu.create_table(TABLE, _struct(), keys=["id"], replicas=cfg.replicas,
                           partitioning=PartitionSchema((HashDimension(("id",), cfg.buckets),)))
-        if not plan:
+        if not plan and not cfg.chaos:  # chaos: the kills struck are saved as its schedule
             plan = plan_schedule(random.Random(cfg.seed), cluster.hosts, cfg.fault_window_s,
                                  kinds=cfg.kinds, lose_host=cfg.lose_host, rf=cfg.replicas,
                                  down_s=cfg.down_s, gap_s=cfg.gap_s)
-        (outdir / "schedule.json").write_text(json.dumps(
-            {"seed": cfg.seed, "mode": cfg.mode, "events": [e.to_dict() for e in plan]},
-            indent=2) + "\n", encoding="utf-8")
-        log(f"seed {cfg.seed}; schedule: " + json.dumps([e.to_dict() for e in plan]))
+        _save_schedule(outdir, cfg, plan)
+        log(f"seed {cfg.seed}; schedule: " + (json.dumps([e.to_dict() for e in plan]) if plan
+                                              or not cfg.chaos else
+                                              f"a kill every {cfg.chaos_period_s:g} s, hosts "
+                                              f"in a seeded rotation"))
 
         history = HistoryWriter(outdir / "history.jsonl", {"seed": cfg.seed, "mode": cfg.mode})
         sampler = ReplicationSampler(master.address, history.now, hosts_up, cluster.data_root,
                                      outdir / "samples.jsonl").start()
-        workload = Workload([(kudu, spark), *((o, o.spark) for o in others)], history,
-                            table=TABLE, seed=cfg.seed, clients=cfg.clients, keys=cfg.keys,
-                            mix=cfg.mix, op_pause_s=cfg.op_pause_s)
+        if cfg.chaos:
+            workload = chaos = ChaosWorkload(
+                spark, history, table=TABLE, master=master.address, seed=cfg.seed,
+                keys=cfg.keys, rows=cfg.chaos_rows, writes=cfg.chaos_writes,
+                window_s=cfg.fault_window_s, read_mode=cfg.chaos_read_mode,
+                op_pause_s=cfg.op_pause_s, kudu=kudu, diagnose=lambda: tserver_view(kudu))
+        else:
+            workload = Workload([(kudu, spark), *((o, o.spark) for o in others)], history,
+                                table=TABLE, seed=cfg.seed, clients=cfg.clients,
+                                keys=cfg.keys, mix=cfg.mix, op_pause_s=cfg.op_pause_s)
         workload.start()
         watchdog.stop_event.wait(cfg.warmup_s)  # fault-free warm-up of the workload (pacing)
         _await_warm(workload, cfg, watchdog)
-        injector = FaultInjector(cluster, plan, history.now, lambda h: h in hosts_up(),
-                                 voters_on=sampler.voters_on,
-                                 healthy_since=sampler.healthy_since,
-                                 precondition_deadline_s=cfg.precondition_deadline_s,
-                                 recover_deadline_s=cfg.recover_deadline_s,
-                                 detect_deadline_s=cfg.restore_deadline_s).start()
-        if not injector.join(injector.bound_s()):
-            errors.append(f"the fault injector did not finish its schedule within "
-                          f"{injector.bound_s():.0f} s (every wait at its deadline)")
+        if chaos is not None:
+            injector = ChaosInjector(cluster, history.now, lambda h: h in hosts_up(),
+                                     rng=random.Random(cfg.seed), period_s=cfg.chaos_period_s,
+                                     planned=plan or None,
+                                     precondition_deadline_s=cfg.precondition_deadline_s,
+                                     recover_deadline_s=cfg.recover_deadline_s)
+            errors.extend(run_chaos(
+                chaos, injector, window_s=cfg.fault_window_s,
+                grace_s=cfg.chaos_write_grace_s,
+                join_s=cfg.precondition_deadline_s + cfg.recover_deadline_s + 30.0,
+                stopped=watchdog.stop_event, log=log))
+        else:
+            injector = FaultInjector(cluster, plan, history.now, lambda h: h in hosts_up(),
+                                     voters_on=sampler.voters_on,
+                                     healthy_since=sampler.healthy_since,
+                                     precondition_deadline_s=cfg.precondition_deadline_s,
+                                     recover_deadline_s=cfg.recover_deadline_s,
+                                     detect_deadline_s=cfg.restore_deadline_s).start()
+            if not injector.join(injector.bound_s()):
+                errors.append(f"the fault injector did not finish its schedule within "
+                              f"{injector.bound_s():.0f} s (every wait at its deadline)")
         faults_end = history.now()
         log(f"faults over at {faults_end:.1f} s; waiting up to {cfg.restore_deadline_s:.0f} s "
             "for full replication")
@@ -336,6 +395,13 @@ def run(cfg: HarnessConfig, outdir: Path, schedule: Sequence[FaultEvent] | None 
         if stuck:
             errors.append(f"client threads still blocked after the workload stopped: {stuck}")
         final = _final_read(workload, history, deadline_s=0.0 if watchdog.expired else 60.0)
+        if final is None and chaos is not None and not watchdog.expired:
+            # format("kudu") could not read (an unexpected error: the run fails); the
+            # context's own read still lets the checker look for lost writes.
+            final = _final_read(workload, history, deadline_s=60.0, client="reader-ctx")
+            notes.append("the final read through format('kudu') failed; the final contents "
+                         "are from KuduContext.read_table (linearizable)"
+                         if final is not None else "no final read succeeded either way")
         if final is None:
             errors.append("the final read of the whole table failed until its deadline")
     except Exception as e:
@@ -351,6 +417,10 @@ def run(cfg: HarnessConfig, outdir: Path, schedule: Sequence[FaultEvent] | None 
         faults = injector.snapshot() if injector is not None else []
         if injector is not None:
             errors.extend(injector.errors)
+        if isinstance(injector, ChaosInjector):  # the kills struck are the schedule
+            plan = list(injector.events)
+            notes.extend(injector.cancelled)
+            _save_schedule(outdir, cfg, plan)
         if workload is not None:
             errors.extend(workload.unexpected())
         for closer in (*(o.close for o in others), kudu.close if kudu is not None else None,
@@ -370,7 +440,13 @@ def run(cfg: HarnessConfig, outdir: Path, schedule: Sequence[FaultEvent] | None 
                              f"stacks at that moment: {outdir / 'stacks.txt'})")
     watchdog.done()
     return _finish(cfg, outdir, plan, faults, sampler, final, faults_end, restored_s,
-                   errors, notes, time.monotonic() - wall0, log)
+                   errors, notes, time.monotonic() - wall0, log, chaos)
+
+
+def _save_schedule(outdir: Path, cfg: HarnessConfig, plan: Sequence[FaultEvent]) -> None:
+    (outdir / "schedule.json").write_text(json.dumps(
+        {"seed": cfg.seed, "mode": cfg.mode, "events": [e.to_dict() for e in plan]},
+        indent=2) + "\n", encoding="utf-8")
 
 
 def _await_warm(workload: Workload, cfg: HarnessConfig, watchdog: _Watchdog) -> None:
@@ -396,13 +472,13 @@ def _struct() -> Any:
                                                                           True)])
 
 
-def _final_read(workload: Workload, history: HistoryWriter, deadline_s: float
-                ) -> dict[Key, Value] | None:
+def _final_read(workload: Workload, history: HistoryWriter, deadline_s: float,
+                client: str = "reader") -> dict[Key, Value] | None:
     """The whole table, retried until ``deadline_s`` (a tablet may be electing). Recorded as
-    an op of client ``reader`` too; the checker also gets it as the final contents."""
+    an op of ``client`` too; the checker also gets it as the final contents."""
     end = time.monotonic() + deadline_s
     while True:
-        got = workload.read("reader")
+        got = workload.read(client)
         if got is not None:
             return got
         if time.monotonic() > end:
@@ -414,7 +490,8 @@ def _finish(cfg: HarnessConfig, outdir: Path, plan: Sequence[FaultEvent],
             faults: list[dict[str, Any]], sampler: ReplicationSampler | None,
             final: dict[Key, Value] | None, faults_end: float | None,
             restored_after: float | None, errors: list[str], notes: list[str],
-            wall_s: float, log: Callable[[str], None]) -> RunOutcome:
+            wall_s: float, log: Callable[[str], None],
+            chaos: ChaosWorkload | None = None) -> RunOutcome:
     history_path = outdir / "history.jsonl"
     ops = load_history(history_path)[1] if history_path.exists() else []
     result: CheckResult | None = None
@@ -426,6 +503,14 @@ def _finish(cfg: HarnessConfig, outdir: Path, plan: Sequence[FaultEvent],
         if final is None:
             notes.append("no final read: checked the intermediate reads only")
     replay = replay_command(outdir, cfg)
+    extra: dict[str, Any] = {}
+    if chaos is not None:
+        extra["chaos"] = chaos_summary(
+            ops, faults, chaos_ops=chaos.chaos_ops(), chaos_start=chaos.chaos_start,
+            chaos_end=chaos.chaos_end, write_errors=chaos.write_errors(),
+            read_errors=chaos.read_errors(), goal=cfg.chaos_ack_goal,
+            period_s=cfg.chaos_period_s, rows=cfg.chaos_rows)
+        plot_writes(outdir / "writes.png", ops, chaos.chaos_ops(), faults)
     report = write_report(
         outdir, config=cfg.to_dict(), seed=cfg.seed, schedule=[e.to_dict() for e in plan],
         faults=faults, ops=ops, result=result,
@@ -433,13 +518,16 @@ def _finish(cfg: HarnessConfig, outdir: Path, plan: Sequence[FaultEvent],
         restored_after_s=restored_after, replay=replay, notes=notes,
         extra={"errors": errors, "wall_time_s": round(wall_s, 1),
                "final_rows": None if final is None else sum(v is not None
-                                                            for v in final.values())})
+                                                            for v in final.values()),
+               **extra})
     if result is not None:
         for v in result.violations:
             log(f"VIOLATION {v.kind} key={v.key!r} ops={list(v.ops)}: {v.explanation}")
         if result.inconclusive:
             log(f"inconclusive keys (search bound hit): {list(result.inconclusive)}")
     code = 1 if result is not None and not result.valid else (2 if errors or not ops else 0)
+    for line in log_lines(extra["chaos"]) if "chaos" in extra else ():
+        log(line)
     log(f"{len(ops)} ops; violations: {len(result.violations) if result else 'not checked'}; "
         f"errors: {errors or 'none'}; report {report}; wall time {wall_s:.0f} s")
     log(f"seed {cfg.seed}; replay with: {replay}")

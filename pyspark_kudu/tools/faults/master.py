@@ -8,7 +8,10 @@ client's healer replaces its replicas -- so the harness starts this module inste
 server, same catalog format)::
 
     python -m pyspark_kudu.tools.faults.master --data-dir DIR --address 127.0.0.1:PORT \\
-        --tserver-unresponsive-s 6
+        --tserver-unresponsive-s 6 [--failed-after-s 300]
+
+``--failed-after-s`` (default: the unresponsive time) lets a run keep the product's
+300 s instead (chaos mode: its kills are transient, nothing should be re-replicated).
 
 :class:`MasterProcess` starts it in its own process group and only ever signals that.
 
@@ -35,9 +38,11 @@ __all__ = ["MasterProcess", "main"]
 class MasterProcess:
     """One master (id ``m1``) serving ``address`` from ``data_dir``."""
 
-    def __init__(self, data_dir: Path, unresponsive_s: float) -> None:
+    def __init__(self, data_dir: Path, unresponsive_s: float,
+                 failed_after_s: float | None = None) -> None:
         self.data_dir = data_dir
         self.unresponsive_s = unresponsive_s
+        self.failed_after_s = failed_after_s
         self.address = f"127.0.0.1:{free_ports(1)[0]}"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -47,7 +52,9 @@ class MasterProcess:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "pyspark_kudu.tools.faults.master",
                  "--data-dir", str(self.data_dir), "--address", self.address,
-                 "--tserver-unresponsive-s", str(self.unresponsive_s)],
+                 "--tserver-unresponsive-s", str(self.unresponsive_s),
+                 *(() if self.failed_after_s is None
+                   else ("--failed-after-s", str(self.failed_after_s)))],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True)
         with MasterClient(self.address, timeout_s=deadline_s) as c:
@@ -73,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", required=True)
     parser.add_argument("--address", required=True, help="host:port to serve on")
     parser.add_argument("--tserver-unresponsive-s", type=float, default=6.0)
+    parser.add_argument("--failed-after-s", type=float, default=None,
+                        help="follower_unavailable_considered_failed_sec (default: the "
+                             "unresponsive time)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -80,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
         id="m1", peers={"m1": args.address}, data_dir=args.data_dir, sync="fdatasync",
         tserver_unresponsive_s=float(args.tserver_unresponsive_s),
         # A fault run replaces the replicas of a server silent this long (300 s by default).
-        follower_unavailable_considered_failed_s=float(args.tserver_unresponsive_s))).start()
+        follower_unavailable_considered_failed_s=float(
+            args.tserver_unresponsive_s if args.failed_after_s is None
+            else args.failed_after_s))).start()
 
     def _stop(signum: int, frame: FrameType | None) -> None:
         server.stop()
