@@ -19,7 +19,9 @@ per worker, RF=3, 3 racks through the test topology's location mapping):
 4. **Memory**: the peak RSS of any one executor Python process, separately for the resident
    tablet servers (which hold the open replicas) and the workers, and the peak PSS of all of
    them together (shared pages split between the processes sharing them), sampled every
-   0.2 s during each phase.
+   0.2 s during each phase. The JSON records the replica memory budget the servers ran with
+   (``PYSPARK_KUDU_REPLICA_CACHE_MB``, see ``docs/operations.md``): the server's peak should
+   stay near it plus a constant, whatever the table's size.
 
 Run: ``.venv/bin/python benchmarks/scale.py [--sizes 2000000,10000000,50000000]``. 50M rows
 takes tens of minutes. Prints every figure and saves ``results/scale.{json,png}`` with the
@@ -59,6 +61,8 @@ from pyspark.sql.types import (
 from pyspark_kudu.partitioning import HashDimension, PartitionSchema, RangePartition
 from pyspark_kudu.schema import Predicate
 from pyspark_kudu.spark.api.context import KuduContext
+from pyspark_kudu.spark.host.identity import DATA_ROOT_ENV
+from pyspark_kudu.spark.host.replica_cache import cache_budget_bytes
 from pyspark_kudu.testing.benchdata import (
     commit_id,
     delta_copy,
@@ -79,10 +83,12 @@ _SPLIT_TS = dt.datetime(2026, 6, 1, tzinfo=dt.timezone.utc)
 
 
 # -- memory --------------------------------------------------------------------------------
-def _executor_python_memory() -> list[tuple[str, int, int]]:
-    """(role, RSS, PSS) in bytes of every executor Python process on this machine (not this
-    driver). Role: "server" for a resident tablet server (a gRPC server: many threads),
-    else "worker" (the daemon and its workers). PSS splits pages shared after fork()."""
+def _executor_python_memory(within: str) -> list[tuple[str, int, int]]:
+    """(role, RSS, PSS) in bytes of every executor Python process of this benchmark's
+    cluster (its environment names a data root under ``within``: other clusters running on
+    the machine are left out). Role: "server" for a resident tablet server (a gRPC server:
+    many threads), else "worker" (the daemon and its workers). PSS splits pages shared after
+    fork()."""
     out = []
     me = os.getpid()
     for pid in os.listdir("/proc"):
@@ -97,6 +103,9 @@ def _executor_python_memory() -> list[tuple[str, int, int]]:
             if "python" not in os.path.basename(argv[0].decode(errors="replace")) or not any(
                     k in cmd for k in _EXECUTOR_PY):
                 continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if f"{DATA_ROOT_ENV}={within}".encode() not in f.read():
+                    continue
             rss = threads = 0
             with open(f"/proc/{pid}/status") as f:
                 for line in f:
@@ -119,7 +128,8 @@ def _executor_python_memory() -> list[tuple[str, int, int]]:
 class MemorySampler:
     """Peak executor-Python RSS per named phase (a background thread samples /proc)."""
 
-    def __init__(self, period_s: float = 0.2) -> None:
+    def __init__(self, within: str, period_s: float = 0.2) -> None:
+        self._within = within
         self.phases: dict[str, dict[str, float]] = {}
         self._current: str | None = None
         self._stop = threading.Event()
@@ -130,7 +140,7 @@ class MemorySampler:
 
     def _run(self) -> None:
         while not self._stop.wait(self._period):
-            procs = _executor_python_memory()
+            procs = _executor_python_memory(self._within)
             with self._lock:
                 if self._current is None or not procs:
                     continue
@@ -254,7 +264,7 @@ def _run_size(n: int, args: argparse.Namespace, base: Path) -> dict[str, Any]:
     with StandaloneCluster(base / "cluster", workers=args.workers) as cluster:
         spark = cluster_session(cluster.master_url, f"bench-scale-{n}", args.workers,
                                 conf={"spark.sql.shuffle.partitions": str(args.workers)})
-        mem = MemorySampler()
+        mem = MemorySampler(str(base))
         try:
             with KuduContext(spark, warehouse=str(base / "warehouse"),
                              location_mapping_cmd=MAPPING) as kudu:
@@ -445,7 +455,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="scale", help="results file stem under results/")
     args = ap.parse_args(argv)
     r: dict[str, Any] = {"commit": commit_id(REPO), "workers": args.workers, "sizes": [],
-                         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+                         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                         "replica_cache_budget_mb": cache_budget_bytes() / 2**20}
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     for n in (int(s) for s in args.sizes.split(",")):
         base = Path(tempfile.mkdtemp(prefix=f"bench-scale-{n}-"))

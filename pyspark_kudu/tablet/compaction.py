@@ -13,16 +13,14 @@ then merges its input rowsets, resolving their deltas into the ``__kudu_end`` co
 output, so the output needs no delta files. Splitting a large output happens at key
 boundaries, so all versions of one key stay in one file and key ranges do not overlap.
 
-Compaction reads its inputs fully into memory (a k-way streaming merge would bound memory;
-rowsets here are bounded by the flush threshold and the compaction target size).
+Compaction streams (:mod:`.merge`): a k-way merge holds about two batches per input, and
+outputs are written row group by row group, so its memory is bounded by the batch size and
+the number of inputs, not by the rowsets' sizes.
 
 Thread-safety: pure functions over their arguments; file writes go to new names only.
 """
 
 from __future__ import annotations
-
-import itertools
-from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -41,13 +39,13 @@ from pyspark_kudu.tablet.keys import (
 )
 from pyspark_kudu.tablet.rowset import DiskRowSet, RowSetMeta, rowset_file, write_parquet
 
-__all__ = ["merge_rowsets", "prepare_versions", "split_at_keys", "write_rowset"]
+__all__ = ["prepare_versions", "sort_versions", "write_rowset"]
 
 I64 = npt.NDArray[np.int64]
 _ENCODINGS = {ROW_COLUMN: "DELTA_BINARY_PACKED"}
 
 
-def _sort(table: pa.Table, schema: Schema) -> pa.Table:
+def sort_versions(table: pa.Table, schema: Schema) -> pa.Table:
     """Sort by key, then ts. Inputs list the versions of one key in ts order (apply order,
     or an already sorted rowset), so a stable sort by key alone suffices for integer keys."""
     if is_exact_probe(schema) and table.num_rows:
@@ -71,45 +69,7 @@ def prepare_versions(schema: Schema, table: pa.Table, begin: I64, end: I64,
                                 pa.array(begin[keep], type=pa.int64()))
     table = table.append_column(pa.field(END_COLUMN, pa.int64(), nullable=False),
                                 pa.array(end[keep], type=pa.int64()))
-    return _sort(table, schema)
-
-
-def merge_rowsets(schema: Schema, rowsets: Sequence[DiskRowSet], history_mark: int) -> pa.Table:
-    """All versions of ``rowsets`` visible at some snapshot ``>= history_mark``, sorted."""
-    parts = []
-    for rs in rowsets:
-        t = rs.read_all()
-        end = np.array(t.column(END_COLUMN).to_numpy(), dtype=np.int64)
-        rows, ends = rs.deltas()
-        end[rows] = ends
-        ts = np.asarray(t.column(TS_COLUMN).to_numpy(), dtype=np.int64)
-        keep = (end > ts) & (end > history_mark)
-        t = t.drop_columns([END_COLUMN, ROW_COLUMN]).append_column(
-            pa.field(END_COLUMN, pa.int64(), nullable=False), pa.array(end, type=pa.int64()))
-        parts.append(t.filter(pa.array(keep)))
-    if not parts:
-        return pa.table({})
-    return _sort(pa.concat_tables(parts), schema)
-
-
-def split_at_keys(table: pa.Table, schema: Schema, target_rows: int) -> list[pa.Table]:
-    """Cut a sorted table into pieces of about ``target_rows`` rows, never inside a key."""
-    n = table.num_rows
-    if n <= target_rows:
-        return [table]
-    keys = table.select(list(schema.primary_key))
-    cuts = [0]
-    at = target_rows
-    while at < n:
-        # Move the cut forward past the versions of the key that straddles it.
-        prev = keys.slice(at - 1, 1).to_pylist()[0]
-        while at < n and keys.slice(at, 1).to_pylist()[0] == prev:
-            at += 1
-        if at < n:
-            cuts.append(at)
-        at += target_rows
-    cuts.append(n)
-    return [table.slice(a, b - a) for a, b in itertools.pairwise(cuts) if b > a]
+    return sort_versions(table, schema)
 
 
 def write_rowset(fileio: FileIO, rowset_id: int, table: pa.Table, schema: Schema,

@@ -13,8 +13,9 @@ stays fast after updates without anyone asking:
   the versions older than the history mark dropped, so scans stop filtering dead rows
   through a per-rowset "not in" set.
 - **Bounded work**: one operation reads at most ``budget_bytes`` of input files (smallest
-  overlapping rowsets first), so one cycle's time and memory are bounded whatever the
-  tablet's size; the next cycle continues.
+  overlapping rowsets first), so one cycle's time is bounded whatever the tablet's size; the
+  next cycle continues. Its memory is bounded by the streaming merge's batches
+  (:mod:`~pyspark_kudu.tablet.merge`), not by this budget.
 - **Flush**: a replica with applied but unflushed entries is flushed once it has been idle
   (no new entries) for ``flush_idle_s``: its MemRowSet leaves memory and a process that
   reopens it replays nothing.

@@ -16,6 +16,7 @@ Views are safe to read from other threads while the writer continues.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
@@ -49,6 +50,12 @@ class MemRowSetView:
         return pa.Table.from_batches(list(self.batches), schema=self.schema)
 
 
+def _object_bytes(key: Hashable) -> int:
+    if isinstance(key, tuple):
+        return sys.getsizeof(key) + sum(sys.getsizeof(k) for k in key)
+    return sys.getsizeof(key)
+
+
 class MemRowSet:
     """Versions in apply order plus a key -> newest-position dict."""
 
@@ -61,6 +68,9 @@ class MemRowSet:
         self._n = 0
         self._nbytes = 0
         self._index: dict[Hashable, int] = {}
+        # Bytes per key in the dict: its slot, the position int and the key object (a
+        # tuple of a composite key costs several times an int); sized on the first key.
+        self._entry_bytes = 100
 
     def __len__(self) -> int:
         return self._n
@@ -68,7 +78,7 @@ class MemRowSet:
     @property
     def nbytes(self) -> int:
         """Approximate memory held (row data plus index), used for flush thresholds."""
-        return self._nbytes + 100 * len(self._index)
+        return self._nbytes + self._entry_bytes * len(self._index)
 
     def lookup(self, keys: Sequence[Hashable]) -> I64:
         """Position of each key's newest version here, ``-1`` if the key has none."""
@@ -99,6 +109,8 @@ class MemRowSet:
                 setattr(self, name, grown)
         self._begin[self._n: need] = ts
         self._end[self._n: need] = LIVE
+        if not self._index:
+            self._entry_bytes = 72 + _object_bytes(keys[0])
         self._index.update(zip(keys, range(self._n, need), strict=True))
         self._batches.append(rows)
         self._nbytes += rows.nbytes

@@ -18,8 +18,9 @@ lock; pin counts are guarded by the rowset's own lock.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -37,6 +38,7 @@ from pyspark_kudu.tablet.keys import END_COLUMN, ROW_COLUMN, TS_COLUMN, KeyIndex
 __all__ = [
     "DeltaFileMeta",
     "DiskRowSet",
+    "ParquetSink",
     "RowSetMeta",
     "arrow_filesystem",
     "delta_file",
@@ -75,7 +77,7 @@ def arrow_filesystem(fileio: FileIO, name: str) -> tuple[pafs.FileSystem, str]:
     return pafs.PyFileSystem(pafs.FSSpecHandler(fileio.fs)), fileio.fs._strip_protocol(path)
 
 
-def _dictionary_columns(table: pa.Table, encodings: dict[str, str]) -> list[str]:
+def _dictionary_columns(schema: pa.Schema, encodings: dict[str, str]) -> list[str]:
     """Columns to dictionary-encode: strings and binary, plus the internal timestamp columns.
 
     Kudu's defaults likewise dictionary-encode only strings (numbers get bit-shuffle). With
@@ -83,7 +85,7 @@ def _dictionary_columns(table: pa.Table, encodings: dict[str, str]) -> list[str]
     columns double the write time and are dropped by the encoder anyway.
     """
     out = []
-    for f in table.schema:
+    for f in schema:
         if f.name in encodings:
             continue
         if (pa.types.is_string(f.type) or pa.types.is_binary(f.type)
@@ -95,17 +97,63 @@ def _dictionary_columns(table: pa.Table, encodings: dict[str, str]) -> list[str]
 def write_parquet(fileio: FileIO, name: str, table: pa.Table, row_group_rows: int,
                   encodings: dict[str, str] | None = None) -> int:
     """Write ``table`` to ``name`` durably (fsync) and return the file size."""
-    encodings = encodings or {}
-    dictionary = _dictionary_columns(table, encodings)
-    with fileio.open(name, mode="wb") as f:
-        writer = pq.ParquetWriter(f, table.schema, compression="snappy",
-                                  use_dictionary=dictionary, column_encoding=encodings or None,
-                                  write_statistics=True)
-        writer.write_table(table, row_group_size=max(1, row_group_rows))
-        writer.close()
-        fileio.fsync(f)
-        size = int(f.tell())
-    return size
+    sink = ParquetSink(fileio, name, table.schema, row_group_rows, encodings)
+    try:
+        sink.write(table)
+    except BaseException:
+        sink.abort()
+        raise
+    return sink.close()
+
+
+class ParquetSink:
+    """A Parquet file written piece by piece, in row groups of exactly ``row_group_rows``
+    rows (the last one shorter): the same file :func:`write_parquet` writes for the
+    concatenation of the pieces, holding at most one row group's rows in memory.
+    Not thread-safe."""
+
+    def __init__(self, fileio: FileIO, name: str, schema: pa.Schema, row_group_rows: int,
+                 encodings: dict[str, str] | None = None) -> None:
+        encodings = encodings or {}
+        self._fileio = fileio
+        self._rows = max(1, row_group_rows)
+        self._file = fileio.open(name, mode="wb")
+        self._writer = pq.ParquetWriter(
+            self._file, schema, compression="snappy",
+            use_dictionary=_dictionary_columns(schema, encodings),
+            column_encoding=encodings or None, write_statistics=True)
+        self._pending: list[pa.Table] = []
+        self._pending_rows = 0
+
+    def write(self, table: pa.Table) -> None:
+        self._pending.append(table)
+        self._pending_rows += table.num_rows
+        if self._pending_rows < self._rows:
+            return
+        data = pa.concat_tables(self._pending)
+        full = (data.num_rows // self._rows) * self._rows
+        self._writer.write_table(data.slice(0, full), row_group_size=self._rows)
+        rest = data.slice(full)
+        self._pending = [rest] if rest.num_rows else []
+        self._pending_rows = rest.num_rows
+
+    def close(self) -> int:
+        """Write what is pending, fsync, close; returns the file size."""
+        try:
+            if self._pending_rows:
+                self._writer.write_table(pa.concat_tables(self._pending),
+                                         row_group_size=self._rows)
+            self._writer.close()
+            self._fileio.fsync(self._file)
+            return int(self._file.tell())
+        finally:
+            self._file.close()
+
+    def abort(self) -> None:
+        """Close without finishing (the file is an orphan the next bootstrap deletes)."""
+        with contextlib.suppress(Exception):
+            self._writer.close()
+        self._file.close()
 
 
 def write_delta_file(fileio: FileIO, name: str, rows: I64, ends: I64) -> int:
@@ -272,6 +320,16 @@ class DiskRowSet:
         return pq.read_table(path, filesystem=fs, columns=None if columns is None
                              else list(columns), schema=physical_schema(self._schema))
 
+    def iter_batches(self, batch_rows: int) -> Iterator[pa.RecordBatch]:
+        """Every column of the file (physical schema), in file order, ``batch_rows`` rows at
+        a time: what a streaming compaction reads."""
+        fs, path = arrow_filesystem(self._fileio, self.meta.file)
+        with fs.open_input_file(path) as f:
+            pf = pq.ParquetFile(f)
+            yield from pf.iter_batches(batch_size=batch_rows,
+                                       columns=physical_schema(self._schema).names,
+                                       use_threads=False)
+
     def read_rows(self, rows: I64, columns: Sequence[str]) -> pa.Table:
         """The given columns of the rows at positions ``rows`` (in that order).
 
@@ -303,6 +361,14 @@ class DiskRowSet:
         """Remember the just-written key columns so the index is built without reading the file
         (lazily: a rowset no later write touches never pays for it)."""
         self._index_source = (keys, ts, end)
+
+    def drop_index(self) -> int:
+        """(Under the tablet lock, between entries.) Forget the key index and any kept index
+        source; the next :meth:`load_index` reads the file. Returns the bytes released."""
+        size = self.memory_bytes()
+        self.index = None
+        self._index_source = None
+        return size
 
     def index_needs_io(self) -> bool:
         return self.index is None and self._index_source is None

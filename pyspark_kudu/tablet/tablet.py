@@ -45,14 +45,11 @@ from pyspark_kudu.fileio import FileIO
 from pyspark_kudu.schema import Predicate, Schema
 from pyspark_kudu.tablet.apply import ApplyStats, apply_batch
 from pyspark_kudu.tablet.committed_log import CommittedLog, LogRecord
-from pyspark_kudu.tablet.compaction import (
-    merge_rowsets,
-    prepare_versions,
-    split_at_keys,
-    write_rowset,
-)
+from pyspark_kudu.tablet.compaction import prepare_versions, write_rowset
 from pyspark_kudu.tablet.faults import crash_point
+from pyspark_kudu.tablet.memory import KEY_INDEXES, release_unused_memory
 from pyspark_kudu.tablet.memrowset import MemRowSet
+from pyspark_kudu.tablet.merge import merge_rowsets, write_merged
 from pyspark_kudu.tablet.ops import RowError, WriteResult, decode_write_batch
 from pyspark_kudu.tablet.rowset import (
     DeltaFileMeta,
@@ -301,6 +298,8 @@ class Tablet:
             stats = ApplyStats()
             result = apply_batch(self.schema, self._mrs, self._rowsets, index, wb, stats)
         self._applied = index
+        KEY_INDEXES.note(self._lock, self._rowsets)
+        KEY_INDEXES.enforce(self._lock)
         with self._metrics_lock:
             m = self.metrics
             m.entries_applied += 1
@@ -367,6 +366,7 @@ class Tablet:
         self._sb = new_sb
         self._mrs = MemRowSet(sb.schema)
         self._count("flushes")
+        release_unused_memory()
         return True
 
     # -- compaction ---------------------------------------------------------------------
@@ -396,15 +396,11 @@ class Tablet:
                 return False
             with self._failing("compaction"):
                 crash_point("compact.start")
-                merged = merge_rowsets(sb.schema, inputs, mark)
-                outputs: list[DiskRowSet] = []
-                next_id = sb.next_rowset_id
-                if merged.num_rows:
-                    for piece in split_at_keys(merged, sb.schema,
-                                               self._options.compaction_target_rows):
-                        outputs.append(write_rowset(self._dir, next_id, piece, sb.schema,
-                                                    self._options.row_group_rows))
-                        next_id += 1
+                o = self._options
+                chunks = merge_rowsets(sb.schema, inputs, mark, o.compaction_batch_rows)
+                outputs = write_merged(self._dir, sb.next_rowset_id, chunks, sb.schema,
+                                       o.row_group_rows, o.compaction_target_rows)
+                next_id = sb.next_rowset_id + len(outputs)
                 crash_point("compact.after_outputs")
                 self._dir.fsync_dir("rowsets")
                 keep = [rs for rs in self._rowsets if rs not in inputs]
@@ -415,8 +411,10 @@ class Tablet:
             self._sb = new_sb
             self._rowsets = keep + outputs
             for i, rs in enumerate(inputs):
+                rs.drop_index()  # scans may keep the rowset a while; they need no index
                 rs.retire(self._deleter(rs.meta, first=(i == 0)))
             self._count("compactions")
+            release_unused_memory()
             return True
 
     def _deleter(self, meta: RowSetMeta, first: bool) -> Any:

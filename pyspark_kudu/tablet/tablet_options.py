@@ -19,6 +19,9 @@ class TabletOptions:
     row_group_rows: int = 65_536
     compaction_target_rows: int = 4_000_000
     scan_batch_rows: int = 65_536
+    #: Rows a compaction reads from each input at a time: its memory is about
+    #: ``2 * inputs * compaction_batch_rows`` rows (:mod:`.merge`), whatever the rowsets' sizes.
+    compaction_batch_rows: int = 65_536
 
 
 @dataclass

@@ -17,12 +17,14 @@ file is not fsynced: it only has to agree between processes of one host, which s
 page cache, and a host crash ends every cache anyway.
 
 **Memory budget**: the open replicas of a process hold their MemRowSets and key indexes.
-When their estimated total exceeds ``PYSPARK_KUDU_REPLICA_CACHE_MB`` (1024 MiB by default;
-with rounds served by the host's resident tablet server this is the host's budget), the
-least recently used replicas are closed until it fits; the host's maintenance flushes the
-largest MemRowSets first once they pass half of it
-(:mod:`~pyspark_kudu.spark.host.maintenance_manager`), so a replica closed for memory rarely has
-much to replay when it is opened again.
+``PYSPARK_KUDU_REPLICA_CACHE_MB`` (512 MiB by default; with rounds served by the host's
+resident tablet server this is the host's budget) bounds them in three ways: key indexes
+may take half of it (:data:`~pyspark_kudu.tablet.memory.KEY_INDEXES`: the least recently
+used tablets' indexes are dropped after each applied entry, and rebuilt from their files
+when a write needs them again); the host's maintenance flushes the largest MemRowSets once
+they pass half of it (:mod:`~pyspark_kudu.spark.host.maintenance_manager`); and when the
+estimated total still exceeds it, the least recently used replicas not in use are closed
+until it fits (a replica closed for memory rarely has much to replay when reopened).
 
 On release the lazily kept commit index is persisted (``WalStorage.sync_commit``), so a
 process that reopens the replica sees it. A request that fails drops its handle (the storage
@@ -50,6 +52,7 @@ from dataclasses import dataclass
 from pyspark_kudu.fileio import FILE_MODE, FileIO, open_private
 from pyspark_kudu.spark.host.wal_committed_log import WalCommittedLog
 from pyspark_kudu.tablet import Tablet
+from pyspark_kudu.tablet.memory import KEY_INDEXES, release_unused_memory
 from pyspark_kudu.wal import WalOptions, WalStorage
 
 __all__ = [
@@ -67,7 +70,7 @@ __all__ = [
 CACHE_LIMIT = 64
 #: Environment variable: the process's budget for open replicas, in MiB.
 CACHE_BUDGET_ENV = "PYSPARK_KUDU_REPLICA_CACHE_MB"
-_DEFAULT_BUDGET_MB = 1024
+_DEFAULT_BUDGET_MB = 512
 _LOCK_FILE = "lock"
 _GEN_FILE = "generation"
 
@@ -80,6 +83,9 @@ def cache_budget_bytes() -> int:
     except ValueError:
         mb = _DEFAULT_BUDGET_MB
     return int(max(mb, 1) * 2**20)
+
+
+KEY_INDEXES.set_budget(lambda: cache_budget_bytes() // 2)
 
 
 @dataclass
@@ -132,9 +138,13 @@ _stats = {"hits": 0, "opens": 0, "evicted_for_memory": 0}
 
 
 def cache_stats() -> dict[str, int]:
-    """Hits and opens of this process's cache (tests and benchmarks read it)."""
+    """Hits and opens of this process's cache, replicas closed and key indexes dropped for
+    memory, and the key indexes' bytes and budget (tests and benchmarks read it)."""
     with _cache_lock:
-        return dict(_stats)
+        out = dict(_stats)
+    out.update(key_indexes_dropped=KEY_INDEXES.dropped, key_index_bytes=KEY_INDEXES.total_bytes(),
+               key_index_budget=KEY_INDEXES.budget_bytes)
+    return out
 
 
 def cached_memory() -> dict[tuple[str, str], tuple[int, int]]:
@@ -228,6 +238,8 @@ def open_replica(root: str, tablet_dir: FileIO, tablet_id: str, options: WalOpti
                 _stats["evicted_for_memory"] += 1
         for h in evicted:
             h.close()
+        if evicted:
+            release_unused_memory()
     finally:
         os.close(fd)  # closing the descriptor releases the lock
 

@@ -1,0 +1,168 @@
+"""Process-wide bounds on what open tablets keep in memory besides their MemRowSets.
+
+**Key indexes** (:class:`~pyspark_kudu.tablet.keys.KeyIndex`, and the key columns a flush
+keeps to build one) are what the write path probes to find a key's newest version; one holds
+the key, ``ts`` and ``end`` of every row of its rowset, so together they grow with the
+tablets. :data:`KEY_INDEXES` keeps their total under a budget: after each applied entry the
+tablet reports its rowsets, and the least recently used tablets' indexes are dropped until
+the total fits. A dropped index is rebuilt from its rowset file (and the deltas, which stay in
+memory) by the next write that needs it: memory is bounded, at the price of re-reading key
+columns when the tablets a host writes to hold more keys than the budget.
+
+An index is dropped only under its tablet's lock -- taken without waiting, so an index a
+write on another thread is using right now is skipped this time -- or by the tablet that is
+reporting, after its entry was applied (nothing uses an index between entries).
+
+:func:`release_unused_memory` hands memory freed by large operations (a flush, a compaction,
+closed replicas: the tablet and the replica cache call it then) back to the operating system:
+Arrow's allocator and glibc's ``malloc`` keep freed pages for reuse otherwise, which keeps a
+process's RSS at its high-water mark.
+
+Thread-safety: :class:`KeyIndexBudget` is thread-safe (one internal lock, never held while
+taking a tablet's lock).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from pyspark_kudu.tablet.rowset import DiskRowSet
+
+__all__ = ["DEFAULT_KEY_INDEX_BUDGET", "KEY_INDEXES", "KeyIndexBudget", "release_unused_memory"]
+
+DEFAULT_KEY_INDEX_BUDGET = 256 << 20
+
+
+class KeyIndexBudget:
+    """LRU of the rowsets holding a key index, with a byte budget (module docstring)."""
+
+    def __init__(self, budget_bytes: int = DEFAULT_KEY_INDEX_BUDGET) -> None:
+        self._lock = threading.Lock()
+        self._budget: Callable[[], int] = lambda: budget_bytes
+        # id(rowset) -> (rowset ref, owner lock, bytes); least recently used first.
+        self._entries: OrderedDict[int, tuple[weakref.ref[DiskRowSet], Any, int]] = (
+            OrderedDict())
+        self._owned: dict[int, set[int]] = {}  # id(owner lock) -> ids of its rowsets
+        self.dropped = 0  # indexes dropped for the budget since the process started
+
+    @property
+    def budget_bytes(self) -> int:
+        return max(1, int(self._budget()))
+
+    @property
+    def budget(self) -> Callable[[], int]:
+        """What the budget is read from (each time it is enforced)."""
+        return self._budget
+
+    def set_budget(self, budget: int | Callable[[], int]) -> None:
+        """A fixed budget in bytes, or a function returning it (e.g. reading a setting)."""
+        with self._lock:
+            self._budget = budget if callable(budget) else (lambda: int(budget))
+
+    def total_bytes(self) -> int:
+        with self._lock:
+            return self._total_locked()
+
+    def _total_locked(self) -> int:
+        """Bytes of the live entries; entries of rowsets that were garbage-collected (their
+        tablet closed) are forgotten here."""
+        dead = [k for k, e in self._entries.items() if e[0]() is None]
+        for k in dead:
+            del self._entries[k]
+        for mine in self._owned.values():
+            mine.difference_update(dead)
+        return sum(e[2] for e in self._entries.values())
+
+    def note(self, owner: Any, rowsets: Sequence[DiskRowSet]) -> None:
+        """(Under ``owner``, the tablet's lock.) The tablet's current rowsets were just used:
+        record what their indexes hold, most recently used, and forget its retired ones."""
+        with self._lock:
+            mine = self._owned.setdefault(id(owner), set())
+            current = set()
+            for rs in rowsets:
+                size = rs.memory_bytes()
+                if not size:
+                    continue
+                current.add(id(rs))
+                self._entries.pop(id(rs), None)
+                self._entries[id(rs)] = (weakref.ref(rs), owner, size)
+            for gone in mine - current:
+                entry = self._entries.get(gone)
+                if entry is not None and entry[1] is owner:  # ids of dead objects get reused
+                    del self._entries[gone]
+            self._owned[id(owner)] = current
+            if not current:
+                del self._owned[id(owner)]
+
+    def enforce(self, owner: Any) -> int:
+        """(Under ``owner``, the reporting tablet's lock, between entries.) Drop least
+        recently used indexes until the total fits; returns the bytes dropped."""
+        dropped = 0
+        skipped: set[int] = set()
+        budget = self.budget_bytes
+        while True:
+            with self._lock:
+                if self._total_locked() <= budget:
+                    return dropped
+                victim = next((k for k in self._entries if k not in skipped), None)
+                if victim is None:
+                    return dropped
+                ref, lock, _ = self._entries[victim]
+            rs = ref()
+            if rs is None:
+                self._forget(victim, lock)
+                continue
+            if lock is owner:
+                freed = rs.drop_index()
+            elif lock.acquire(blocking=False):
+                try:
+                    freed = rs.drop_index()
+                finally:
+                    lock.release()
+            else:
+                skipped.add(victim)  # in use by a write on another thread
+                continue
+            self._forget(victim, lock)
+            if freed:
+                dropped += freed
+                with self._lock:
+                    self.dropped += 1
+
+    def _forget(self, key: int, owner: Any) -> None:
+        with self._lock:
+            self._entries.pop(key, None)
+            mine = self._owned.get(id(owner))
+            if mine is not None:
+                mine.discard(key)
+                if not mine:
+                    del self._owned[id(owner)]
+
+
+KEY_INDEXES = KeyIndexBudget()
+"""The process's key index budget (the host layer sets it from its memory budget)."""
+
+_libc: Any = None
+
+
+def release_unused_memory() -> None:
+    """Return freed memory to the OS: Arrow's pool and glibc's heap (module docstring)."""
+    global _libc
+    pa.default_memory_pool().release_unused()
+    if _libc is None:
+        name = ctypes.util.find_library("c")
+        try:
+            _libc = ctypes.CDLL(name) if name else False
+            if _libc and not hasattr(_libc, "malloc_trim"):
+                _libc = False
+        except OSError:
+            _libc = False
+    if _libc:
+        _libc.malloc_trim(0)
