@@ -16,6 +16,11 @@ retried. Opening the installed tablet replays the tail and reaches index ``A``, 
 indistinguishable from the source: same rowsets, deltas, history mark and MemRowSet
 contents, hence the same scan results at every snapshot the source could serve.
 
+The files may also travel apart from the stream (``chunks(with_files=False)`` and
+``install_tablet_copy(..., prefetched=...)``): a served copy hard-links them on the source and
+the target fetches them from the source's resident tablet server
+(:mod:`pyspark_kudu.spark.host.copy_fetch`). The order of installation is the same.
+
 Chunks are frozen dataclasses (picklable, for task results and shuffles) with a compact
 :meth:`CopyChunk.to_bytes` form.
 
@@ -26,15 +31,16 @@ applying writes meanwhile.
 from __future__ import annotations
 
 import json
+import os
 import struct
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from types import TracebackType
 from typing import IO
 
 from pyspark_kudu.errors import CorruptionError, IllegalStateError, InvalidArgumentError
-from pyspark_kudu.fileio import FileIO
+from pyspark_kudu.fileio import FileIO, make_private_dirs
 from pyspark_kudu.tablet.committed_log import LogRecord, LogSink
 from pyspark_kudu.tablet.superblock import SUPERBLOCK_FILE, Superblock
 from pyspark_kudu.tablet.tablet import Tablet, tablet_dir
@@ -105,16 +111,25 @@ class TabletCopySource:
             self._closed = True
             self._tablet.unpin_copy(self._pin)
 
-    def chunks(self) -> Iterator[CopyChunk]:
+    def files(self) -> dict[str, int]:
+        """The pinned files (names relative to the tablet directory) and their sizes. They
+        are immutable once written, so they may be linked rather than read (a served copy,
+        :mod:`pyspark_kudu.spark.host.copy_fetch`)."""
+        d = self._tablet.directory
+        return {n: d.size(n) for n in sorted(self._pin.superblock.files())}
+
+    def chunks(self, with_files: bool = True) -> Iterator[CopyChunk]:
+        """The copy stream (module docstring). Without ``with_files`` the stream omits the
+        file chunks: the files then travel on their own (:meth:`files`) and the installer
+        is handed them (``install_tablet_copy(..., prefetched=...)``)."""
         if self._closed:
             raise IllegalStateError("this tablet copy source is closed; start a new copy")
         sb = self._pin.superblock
         d = self._tablet.directory
-        names = sorted(sb.files())
-        sizes = {n: d.size(n) for n in names}
+        sizes = self.files()
         yield CopyChunk("begin", self._tablet.tablet_id, index=self.index,
                         data=json.dumps(sizes, sort_keys=True).encode())
-        for name in names:
+        for name in sizes if with_files else ():
             yield from self._file_chunks(d, name, sizes[name])
         log = self._tablet.log
         if log is not None and self.index > sb.last_flushed_index:
@@ -139,15 +154,22 @@ class TabletCopySource:
 
 
 def install_tablet_copy(root: str | FileIO, chunks: Iterable[CopyChunk | bytes],
-                        log_sink: LogSink | None = None) -> Superblock:
+                        log_sink: LogSink | None = None,
+                        prefetched: Mapping[str, str] | None = None) -> Superblock:
     """Install a copy stream under ``root``; returns the installed superblock.
 
     Open the result with ``Tablet.open(root, tablet_id, log=<the log log_sink wrote to>)``.
 
+    ``prefetched`` maps file names of the copy to local files (on the same file system as a
+    local ``root``) that already hold them whole, checked and synced by whoever fetched
+    them; they are moved into place right after the begin chunk, and the stream then
+    carries no chunks for them. The superblock is still written last.
+
     Raises:
         IllegalStateError: the tablet already has files under ``root``.
         CorruptionError: a chunk fails its checksum, arrives out of order, or the stream ends
-            before the superblock.
+            before the superblock; a prefetched file is not one of the copy's or has
+            another size.
         InvalidArgumentError: the copy carries log records but no ``log_sink`` was given.
     """
     it = iter(chunks)
@@ -163,6 +185,16 @@ def install_tablet_copy(root: str | FileIO, chunks: Iterable[CopyChunk | bytes],
     sizes: dict[str, int] = json.loads(first.data)
     written: dict[str, int] = {}
     d.makedirs("rowsets")
+    for name, path in (prefetched or {}).items():
+        size = os.path.getsize(path)
+        if sizes.get(name) != size:
+            raise CorruptionError(
+                f"prefetched tablet copy file {name} has {size} bytes, the copy lists "
+                f"{sizes.get(name)}")
+        dest = d.local_path(name)
+        make_private_dirs(os.path.dirname(dest))
+        os.replace(path, dest)
+        written[name] = size
     current: tuple[str, IO[bytes]] | None = None
     for raw in it:
         c = _chunk(raw)
@@ -170,7 +202,8 @@ def install_tablet_copy(root: str | FileIO, chunks: Iterable[CopyChunk | bytes],
         if zlib.crc32(c.data) != c.crc and c.kind in ("file", "log"):
             raise CorruptionError(f"tablet copy chunk {c.kind} {c.name or c.index} failed its CRC")
         if c.kind == "file":
-            if c.name not in sizes or c.offset != written.get(c.name, 0):
+            if (c.name in (prefetched or {}) or c.name not in sizes
+                    or c.offset != written.get(c.name, 0)):
                 raise CorruptionError(
                     f"tablet copy chunk for {c.name} at offset {c.offset} is out of order")
             if current is None or current[0] != c.name:

@@ -1,8 +1,9 @@
 """Self-healing on the standalone cluster: a tablet server whose worker dies is detected by
 the master (no heartbeat for ``follower_unavailable_considered_failed_sec``) and its replicas
-are re-created elsewhere by the client's healer -- add as NON_VOTER, tablet copy through a
-shuffle, promote, evict (3-4-3) -- keeping one replica per rack. When the worker returns, a
-sweep deletes its evicted replicas."""
+are re-created elsewhere by the client's healer -- add as NON_VOTER, tablet copy fetched by
+the new replica's host from the source host's resident tablet server (no shuffle), promote,
+evict (3-4-3) -- keeping one replica per rack. When the worker returns, a sweep deletes its
+evicted replicas."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from pyspark_kudu.partitioning import HashDimension, PartitionSchema
 from pyspark_kudu.spark.api.context import KuduContext
+from pyspark_kudu.spark.host.tserver_client import ping
 from pyspark_kudu.spark.pinned import executor_hosts
 from pyspark_kudu.testing.standalone_cluster import StandaloneCluster
 from tests.cluster.test_kudu_context import RACKS, REPO
@@ -47,6 +49,13 @@ def test_a_dead_servers_replicas_are_re_replicated_and_swept_when_it_returns(
     victim_ts = next(v for v in first.voters if v != first.leader)
     victim = host_of[victim_ts]
     on_victim = {t.tablet_id for t in locs.tablets if t.replica(victim_ts) is not None}
+    secret = kudu.credential.encode()
+    survivors = [s.address for s in kudu.servers if s.host != victim and s.address]
+
+    def file_bytes_served() -> int:
+        return sum(int(ping(a, secret)["file_bytes_served"]) for a in survivors)
+
+    served_before, shuffles_before = file_bytes_served(), kudu.transport.data_rounds
 
     standalone_cluster.kill_worker(victim)
     killed_at = time.monotonic()
@@ -69,6 +78,10 @@ def test_a_dead_servers_replicas_are_re_replicated_and_swept_when_it_returns(
         restored_s = time.monotonic() - killed_at
         print(f"full replication restored {restored_s:.1f} s after the kill "
               f"(failed after {FAILED_AFTER_S} s)")
+        # The copies went host to host through the resident tablet servers: their file
+        # streams carried bytes, and no round shuffled anything (no writes meanwhile).
+        assert file_bytes_served() > served_before
+        assert kudu.transport.data_rounds == shuffles_before
         steps = [(a.action, a.outcome, a.replacing) for a in kudu.healer.history]
         # Each add evicted the lost server's replica in the same action (3-4-3).
         assert ("add_replica", "ok", victim_ts) in steps, steps

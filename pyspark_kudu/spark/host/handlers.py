@@ -26,11 +26,13 @@ READ_ENTRIES   log entries ``[lo, hi)`` and the term at ``lo - 1``, for catching
                follower up from a healthy replica; with ``as_refs`` large entries come back
                as refs to this replica's log, delivered to the follower by shuffle.
 COPY_OUT       stage a tablet copy of this replica (:mod:`~pyspark_kudu.spark.host.tabletcopy`):
-               answers refs to its parts (``entries``), the applied index it stands for
+               answers a served copy's manifest, or with ``as_refs`` (or no resident server
+               here) refs to its parts (``entries``), the applied index it stands for
                (``last_index``), that index's term (``prev_term``) and configuration.
-INSTALL_COPY   store delivered copy parts ``[lo, lo + len(entries))`` of ``hi``; the request
-               that completes the set installs the copy (``installed``) as a Raft snapshot.
-DROP_COPY      remove the staged parts of copy ``copy_id`` on this host.
+INSTALL_COPY   fetch a served copy from its source's resident server, or store delivered
+               copy parts ``[lo, lo + len(entries))`` of ``hi``; the request that completes
+               the set installs the copy (``installed``) as a Raft snapshot.
+DROP_COPY      remove what COPY_OUT staged for copy ``copy_id`` on this host.
 WIPE           delete this server's replica files of the tablet, if any: sent only by a leader
                about to add the server as a *new* member (raft.py rule 6: a replica id that
                left the configuration comes back empty, never with an old log).
@@ -93,17 +95,23 @@ from pyspark_kudu.errors import (
     KuduError,
     NotFoundError,
 )
-from pyspark_kudu.fileio import FileIO, open_private
+from pyspark_kudu.fileio import FileIO
 from pyspark_kudu.schema import Schema
 from pyspark_kudu.spark.host.dataplane import (
     WAL_REF_MIN_BYTES,
     contains_ref,
-    remove_staging,
     resolve_refs,
     wal_ref,
 )
 from pyspark_kudu.spark.host.replica_cache import ReplicaHandle, delete_replica, open_replica
-from pyspark_kudu.spark.host.tabletcopy import COPYING_FILE, copy_out, install_copy, part_refs
+from pyspark_kudu.spark.host.tabletcopy import (
+    COPYING_FILE,
+    copy_out,
+    drop_copy,
+    fetch_copies,
+    install_copy,
+)
+from pyspark_kudu.spark.host.writers_record import WRITERS_FILE, read_writers, record_writer
 from pyspark_kudu.tablet import Tablet, WriteResult
 from pyspark_kudu.tablet.superblock import SUPERBLOCK_FILE
 from pyspark_kudu.wal import WalOptions, WalStorage
@@ -128,7 +136,6 @@ __all__ = [
 
 _TAIL_LIMIT_BYTES = 64 * 1024 * 1024
 _APPLIED_FILE = "applied"
-WRITERS_FILE = "writers"
 FAILED_FILE = "failed"
 # OS errors that mean the replica's disk failed it (not e.g. a descriptor limit).
 DISK_ERRNOS = frozenset({errno.EIO, errno.ENOSPC, errno.EROFS, errno.EDQUOT})
@@ -248,14 +255,23 @@ def handle_requests(
 
     Entries that are staged-batch refs (:mod:`~pyspark_kudu.spark.host.dataplane`) are first
     replaced by the batches ``delivered`` by the round's shuffle; a request that still
-    carries a ref is refused, so a ref never reaches a log. A failure of one replica
-    (corruption, disk full, fencing, a batch not delivered) is reported in its response and
-    does not stop the others.
+    carries a ref is refused, so a ref never reaches a log. Served tablet copies of
+    ``INSTALL_COPY`` requests are fetched first, all at once, from their sources' resident
+    servers (:mod:`~pyspark_kudu.spark.host.copy_fetch`); one that fails is refused. A
+    failure of one replica (corruption, disk full, fencing, a batch not delivered) is
+    reported in its response and does not stop the others.
     """
     out: list[PeerResponse] = []
-    for req in requests:
+    installs = [(k, r) for k, r in enumerate(requests) if r.kind == RequestKind.INSTALL_COPY]
+    fetch_errors = dict(zip((k for k, _ in installs), fetch_copies(
+        root, [(r.tablet_id, r.entries) for _, r in installs]), strict=True))
+    for k, req in enumerate(requests):
         try:
             req = _resolved(req, delivered or {})
+            if (err := fetch_errors.get(k)) is not None:  # a served copy not fetched
+                if isinstance(err, DiskFullError):
+                    mark_failed(tablet_dir(root, req.tablet_id), f"DiskFullError: {err}")
+                raise err
             out.append(_handle_one(root, req, host, options))
         except KuduError as e:
             out.append(PeerResponse(req.tablet_id, req.replica_id, ok=False, host=host,
@@ -400,8 +416,9 @@ def _dispatch(
                         if len(e.data) >= WAL_REF_MIN_BYTES else e for e in ents]
             return _ok(req, host, entries=tuple(ents), prev_term=prev_term)
         case RequestKind.COPY_OUT:
-            out = copy_out(root, host, req.tablet_id, applier.handle, applied, req.copy_id)
-            return _ok(req, host, entries=part_refs(out.parts), last_index=out.index,
+            out = copy_out(root, host, req.tablet_id, applier.handle, applied, req.copy_id,
+                           served=not req.as_refs)
+            return _ok(req, host, entries=out.entries(), last_index=out.index,
                        prev_term=out.term,
                        state=replace(_state(storage, applied), conf_state=out.conf_state,
                                      tail=()))
@@ -414,7 +431,7 @@ def _dispatch(
                 _write_applied(io, req.snapshot.index)
             return _ok(req, host, installed=done, last_index=storage.last_index())
         case RequestKind.DROP_COPY:
-            remove_staging(root, [f"copy-{req.copy_id}"])
+            drop_copy(root, io, req.copy_id)
             return _ok(req, host)
         case RequestKind.UNSAFE_CONFIG:
             if not req.voters:
@@ -444,7 +461,7 @@ def _persist_leader(
     fresh = _not_yet_present(storage, req.entries)
     if fresh:
         storage.append(fresh)
-        _record_writer(io, host, fresh)
+        record_writer(io, host, fresh)
     if req.hard_state is not None:
         commit = min(max(hs.commit, req.hard_state.commit), storage.last_index())
         storage.set_hard_state(HardState(hs.term, hs.vote, commit))
@@ -541,25 +558,6 @@ def _step_follower(
                applied=(span[0], span[-1]) if span else (), results=tuple(applier.results))
 
 
-def _record_writer(io: FileIO, host: str, entries: Sequence[Entry]) -> None:
-    """Append ``<host> <first> <last>`` to ``<tablet>/writers``: which host wrote which log
-    entries, so tests (and operators) can check that only the replica's host ever did."""
-    with open_private(io.local_path(WRITERS_FILE), "a") as f:
-        f.write(f"{host} {entries[0].index} {entries[-1].index}\n")
-
-
-def read_writers(root: str, tablet_id: str) -> list[tuple[str, int, int]]:
-    """The ``(host, first, last)`` lines of a replica's writers record."""
-    io = tablet_dir(root, tablet_id)
-    if not io.exists(WRITERS_FILE):
-        return []
-    out = []
-    for line in io.read_bytes(WRITERS_FILE).decode().splitlines():
-        host, first, last = line.split()
-        out.append((host, int(first), int(last)))
-    return out
-
-
 def _drain(
     node: RaftNode, storage: WalStorage, io: FileIO, out: list[Message], span: list[int],
     applier: _TabletSink, host: str = "", held: list[Entry] | None = None,
@@ -576,7 +574,7 @@ def _drain(
             storage.apply_snapshot(rd.snapshot)
         if rd.entries:
             storage.append(rd.entries)
-            _record_writer(io, host, rd.entries)
+            record_writer(io, host, rd.entries)
         if rd.hard_state is not None:
             storage.set_hard_state(rd.hard_state)
         out.extend(rd.messages)

@@ -9,7 +9,8 @@ correctness -- kudu-spark's rule, and Spark's own for BlockManager blocks.
 
 **Protocol**: Arrow Flight. ``DoGet`` with a :mod:`~pyspark_kudu.spark.host.tserver_protocol`
 ticket: a scan (record batches of the projected columns) or a file range (batches of one
-``chunk`` binary column, for tablet copy). ``DoAction("serve")``: a replication round's
+``chunk`` binary column: a served tablet copy's files, fetched by the target host,
+:mod:`~pyspark_kudu.spark.host.copy_fetch`). ``DoAction("serve")``: a replication round's
 requests for this host, handed over by the Spark task pinned here (the task stays the
 unit of scheduling and placement; the server is where the replicas stay open, so a round
 never pays for reopening them in whichever Python worker Spark picked, and one host keeps
@@ -52,6 +53,7 @@ import json
 import os
 import select
 import signal
+import struct
 import sys
 import threading
 import time
@@ -144,21 +146,35 @@ def _start_maintenance() -> MaintenanceManager | None:
     return _maintenance
 
 
+#: File streams served by this process and their bytes (``ping``: tests and benchmarks check
+#: that a tablet copy travelled through the servers).
+_file_stats = {"files_served": 0, "file_bytes_served": 0}
+_stats_lock = threading.Lock()
+
+
 def _file(req: FileRequest) -> Iterator[pa.RecordBatch]:
     root = _root_for(req.ts_uuid, req.root, req.data_root_conf)
     path = os.path.join(root, "tablets", req.tablet_id, req.path)
     if not os.path.isfile(path):
         raise NotFoundError(f"tablet {req.tablet_id} has no file {req.path!r} under {root}")
-    with open(path, "rb") as f:
+    with _stats_lock:
+        _file_stats["files_served"] += 1
+    # Read into Arrow buffers and wrapped without a copy: a tablet copy streams gigabytes.
+    with pa.OSFile(path, "rb") as f:
         f.seek(req.offset)
         left = req.length
         while left is None or left > 0:
-            chunk = f.read(FILE_CHUNK_BYTES if left is None else min(left, FILE_CHUNK_BYTES))
-            if not chunk:
+            chunk = f.read_buffer(FILE_CHUNK_BYTES if left is None
+                                  else min(left, FILE_CHUNK_BYTES))
+            if not chunk.size:
                 break
             if left is not None:
-                left -= len(chunk)
-            yield pa.record_batch([pa.array([chunk], type=pa.binary())], names=["chunk"])
+                left -= chunk.size
+            with _stats_lock:
+                _file_stats["file_bytes_served"] += chunk.size
+            offsets = pa.py_buffer(struct.pack("<ii", 0, chunk.size))
+            yield pa.record_batch([pa.Array.from_buffers(pa.binary(), 1, [None, offsets, chunk])],
+                                  names=["chunk"])
 
 
 def _make_server(host: str, secret: bytes, tls: TlsConfig | None = None) -> Any:
@@ -225,7 +241,7 @@ def _make_server(host: str, secret: bytes, tls: TlsConfig | None = None) -> Any:
                     f"unknown tablet server action {action.type!r}"))
             body = {"address": f"{host}:{self.port}", "host": current_host(),
                     "data_root": local_data_root(), "served": self.served,
-                    "rounds_served": self.rounds_served, "pid": os.getpid(),
+                    "rounds_served": self.rounds_served, "pid": os.getpid(), **_file_stats,
                     "maintenance_ops": [
                         {"tablet_id": op.tablet_id, "kind": op.kind,
                          "rowsets": list(op.rowsets), "seconds": op.seconds}
@@ -247,6 +263,8 @@ def serve(host: str, secret: bytes, on_started: Any = None,
     server = _make_server(host, secret, tls)
     maintenance = _start_maintenance()
     address = f"{host}:{server.port}"
+    # Rounds served here stage tablet copies for other hosts to fetch from this server.
+    os.environ[ADDRESS_ENV] = address
     if on_started is not None:
         on_started(address)
     parent = os.getppid()

@@ -1,4 +1,5 @@
-"""Tablet copy between tablet servers: pinned read, Spark shuffle, pinned write (DESIGN §3).
+"""Tablet copy between tablet servers: host to host through the resident tablet servers,
+or by Spark shuffle where there is none (DESIGN §1, §3).
 
 A replica that is new (re-replication adds it empty) or that lags behind what the leader
 replica's WAL still holds cannot be caught up entry by entry; it receives a *tablet copy*
@@ -6,32 +7,50 @@ replica's WAL still holds cannot be caught up entry by entry; it receives a *tab
 
 1. ``COPY_OUT`` runs on the source replica's host, under the replica's lock. It pins the
    source tablet's consistent state (superblock, rowset files, log records after its flush)
-   and writes the copy stream to ``<root>/staging/copy-<id>/part-<n>`` files of at most
-   ``PART_BYTES`` each (whole chunks per part, each chunk length-prefixed). It answers with
-   one ref per part (:class:`~pyspark_kudu.spark.host.dataplane.StagedRef`) and the Raft position
-   the copy stands for: the source's *applied* index ``A``, its term, and the configuration
-   as of ``A`` (configuration entries are applied with everything else, so the replica's
-   durable configuration is the one at its applied index).
-2. ``INSTALL_COPY`` runs on the target's host. Its entries carry the part refs, so the
-   round's shuffle moves the parts from the source's host (exactly as write batches move);
-   a request that brings every part installs them straight from memory; otherwise several
-   rounds each bring some parts (bounded memory), kept under ``<tablet>/copy-in/<id>/``,
-   and the request that completes the set installs:
+   and answers the Raft position the copy stands for: the source's *applied* index ``A``,
+   its term, and the configuration as of ``A`` (configuration entries are applied with
+   everything else, so the replica's durable configuration is the one at its applied
+   index). How the bytes wait depends on the path:
+
+   - **served** (the default when this host's resident tablet server is known, i.e.
+     ``PYSPARK_KUDU_TSERVER_ADDRESS`` and the credential are in the environment): the tablet
+     is flushed (so the copy is files plus a short log tail), the pinned files are
+     hard-linked and the rest of the stream written once under
+     ``<tablet>/copy-out/<id>/``, and the answer is one small manifest entry (the server's
+     address, file names, sizes, CRC32Cs; :mod:`~pyspark_kudu.spark.host.copy_fetch`);
+   - **shuffled** (no resident server here, e.g. ``local[*]`` virtual tablet servers
+     without one, or the request's ``as_refs``: the leader's fallback after a served copy
+     failed): the copy stream goes to ``<root>/staging/copy-<id>/part-<n>`` files of at most
+     ``PART_BYTES`` each (whole chunks per part, each chunk length-prefixed), answered as one
+     ref per part (:class:`~pyspark_kudu.spark.host.dataplane.StagedRef`).
+2. ``INSTALL_COPY`` runs on the target's host. A served copy is fetched first, before the
+   replica's lock is taken: every file streamed from the source's resident server straight
+   to ``<tablet>/copy-in/<id>/`` (bounded memory, size and CRC32C checked, each file fsynced;
+   several files and tablets at once within a bandwidth cap, see ``copy_fetch``); a fetch
+   that fails removes what it fetched and refuses the request, nothing installed. Shuffled
+   parts travel as the entries' refs in the round's shuffle (exactly as write batches move);
+   a request that brings every part installs them straight from memory, otherwise several
+   rounds each bring some parts (bounded memory), kept under ``<tablet>/copy-in/<id>/``.
+   The request that completes the set installs, the same way for both paths:
 
    - the target's tablet files are removed (a lagging replica being re-copied) and the
-     stream installed (:func:`~pyspark_kudu.tablet.copy.install_tablet_copy`: superblock
-     last, so an interrupted install is recognisably incomplete);
+     stream installed (:func:`~pyspark_kudu.tablet.copy.install_tablet_copy`: fetched files
+     moved into place, then the superblock last, so an interrupted install is recognisably
+     incomplete);
    - the installed tablet is opened over the copied log records, marked applied up to ``A``
      (the entries between the copied tablet's last write and ``A`` carry no rows) and flushed,
      so its superblock says "flushed at ``A``" and it needs no log before ``A + 1``;
    - the WAL is replaced by a Raft snapshot at ``(A, term)`` with the copied configuration;
      the replica's own term and vote are kept (a voter must never forget a vote), its commit
-     index becomes at least ``A``;
-   - ``applied`` is set to ``A`` and the part files removed.
+     index becomes at least ``A``; a replica already at or past ``A`` refuses the copy
+     (never taken back in time);
+   - ``applied`` is set to ``A`` and the part or fetched files removed.
 
    While the old tablet is being replaced a ``copying`` marker stands in the replica's
    directory; a replica that still has it (the install was interrupted by a crash) is
    refused by every request but another ``INSTALL_COPY``, like a failed one, and replaced.
+3. ``DROP_COPY`` (deferred to the leader's next round on the source host) removes the
+   staged parts or links.
 
 The copy stands for a committed prefix of the source (only applied, hence committed, state is
 copied), so installing it on any replica is safe: Raft's InstallSnapshot.
@@ -57,34 +76,59 @@ from pyspark_kudu.consensus.messages import (
     Snapshot,
     SnapshotMetadata,
 )
-from pyspark_kudu.errors import CorruptionError, IllegalStateError, InvalidArgumentError
+from pyspark_kudu.errors import (
+    CorruptionError,
+    IllegalStateError,
+    InvalidArgumentError,
+    KuduError,
+)
 from pyspark_kudu.fileio import FileIO, make_private_dirs, open_private
-from pyspark_kudu.spark.host.dataplane import STAGING_DIR, StagedRef
+from pyspark_kudu.spark.host.copy_fetch import (
+    COPY_IN_DIR,
+    ServedCopy,
+    drop_served,
+    fetch_served_copies,
+    fetched_files,
+    served_source,
+    stage_served,
+)
+from pyspark_kudu.spark.host.dataplane import STAGING_DIR, StagedRef, remove_staging
+from pyspark_kudu.spark.host.identity import read_instance
 from pyspark_kudu.spark.host.replica_cache import ReplicaHandle
 from pyspark_kudu.tablet import Tablet
 from pyspark_kudu.tablet.committed_log import MemoryLog
 from pyspark_kudu.tablet.copy import CopyChunk, TabletCopySource, install_tablet_copy
 from pyspark_kudu.tablet.superblock import SUPERBLOCK_FILE
+from pyspark_kudu.wal.meta import META_FILE
 
-__all__ = ["COPYING_FILE", "PART_BYTES", "CopyOut", "copy_out", "install_copy", "part_refs"]
+__all__ = ["COPYING_FILE", "PART_BYTES", "CopyOut", "copy_out", "drop_copy", "fetch_copies",
+           "install_copy", "part_refs", "served_copy"]
 
 PART_BYTES = 64 << 20
 COPYING_FILE = "copying"
 _LEN = struct.Struct(">I")
-_COPY_IN = "copy-in"
+_COPY_IN = COPY_IN_DIR
 
 
 class CopyOut:
-    """What ``COPY_OUT`` answers: the parts' refs and the Raft position of the copy."""
+    """What ``COPY_OUT`` answers: the parts' refs (or a served copy's manifest) and the Raft
+    position of the copy."""
 
-    __slots__ = ("conf_state", "index", "parts", "term")
+    __slots__ = ("conf_state", "index", "parts", "served", "term")
 
     def __init__(self, parts: Sequence[StagedRef], index: int, term: int,
-                 conf_state: ConfState) -> None:
+                 conf_state: ConfState, served: ServedCopy | None = None) -> None:
         self.parts = tuple(parts)
         self.index = index
         self.term = term
         self.conf_state = conf_state
+        self.served = served
+
+    def entries(self) -> tuple[Entry, ...]:
+        """The ``INSTALL_COPY`` entries: one manifest (served) or one ref per part."""
+        if self.served is not None:
+            return (Entry(0, 1, EntryType.NORMAL, self.served.encode()),)
+        return part_refs(self.parts)
 
 
 def _check_id(copy_id: str) -> None:
@@ -93,9 +137,10 @@ def _check_id(copy_id: str) -> None:
 
 
 def copy_out(root: str, host: str, tablet_id: str, handle: ReplicaHandle, applied: int,
-             copy_id: str, part_bytes: int | None = None) -> CopyOut:
+             copy_id: str, part_bytes: int | None = None, served: bool = True) -> CopyOut:
     """Source side (see module step 1). ``root`` is this host's data root, ``handle`` the
-    replica held locked by the request."""
+    replica held locked by the request. ``served``: stage a served copy when this host's
+    resident server is known (else, or without ``served``, parts for a shuffle)."""
     _check_id(copy_id)
     part_bytes = part_bytes or PART_BYTES
     if not handle.io.exists(SUPERBLOCK_FILE):
@@ -106,6 +151,17 @@ def copy_out(root: str, host: str, tablet_id: str, handle: ReplicaHandle, applie
     tablet = handle.open_tablet(root, tablet_id, applied)
     _, conf = storage.initial_state()
     term = storage.term(applied) if applied > 0 else 0
+    source = served_source() if served and handle.io.is_local else None
+    ts_uuid = read_instance(root) if source is not None else None
+    if source is not None and ts_uuid:
+        # Flushed first: the MemRowSet's rows then travel as a rowset file (linked, not
+        # re-encoded), and the target installs files instead of replaying a log tail and
+        # writing the same rowset itself.
+        tablet.flush()
+        with TabletCopySource(tablet) as src:
+            copy = stage_served(handle.io, src, tablet_id, copy_id, source[0], ts_uuid, root,
+                                _framed(src.chunks(with_files=False)))
+        return CopyOut((), applied, term, conf, copy)
     rel_dir = os.path.join(STAGING_DIR, f"copy-{copy_id}")
     out_dir = os.path.join(root, rel_dir)
     make_private_dirs(out_dir)
@@ -150,6 +206,44 @@ def part_refs(parts: Sequence[StagedRef]) -> tuple[Entry, ...]:
     return tuple(Entry(0, k + 1, EntryType.NORMAL, p.encode()) for k, p in enumerate(parts))
 
 
+def _framed(chunks: Iterable[CopyChunk]) -> Iterator[bytes]:
+    for chunk in chunks:
+        raw = chunk.to_bytes()
+        yield _LEN.pack(len(raw))
+        yield raw
+
+
+def drop_copy(root: str, io: FileIO, copy_id: str) -> None:
+    """Remove what ``COPY_OUT`` staged for copy ``copy_id`` on this host (either path)."""
+    _check_id(copy_id)
+    remove_staging(root, [f"copy-{copy_id}"])
+    drop_served(io, copy_id)
+
+
+def fetch_copies(root: str, installs: Sequence[tuple[str, Sequence[Entry]]]
+                 ) -> list[KuduError | None]:
+    """Fetch the served copies among ``installs`` (``INSTALL_COPY`` tablet ids and entries)
+    into their replicas under ``root``, all at once (:func:`copy_fetch.fetch_served_copies`);
+    per install, None (fetched, or not a served copy) or why it failed. Replicas that do
+    not exist here are skipped (their request is refused anyway)."""
+    out: list[KuduError | None] = [None] * len(installs)
+    todo = []
+    for k, (tablet_id, entries) in enumerate(installs):
+        copy = served_copy(entries)
+        io = FileIO(root).child("tablets", tablet_id)
+        if copy is not None and io.is_local and io.exists(META_FILE):
+            todo.append((k, io, copy))
+    for (k, _, _), err in zip(todo, fetch_served_copies(root, [(io, c) for _, io, c in todo]),
+                              strict=True):
+        out[k] = err
+    return out
+
+
+def served_copy(entries: Sequence[Entry]) -> ServedCopy | None:
+    """The served copy an ``INSTALL_COPY`` carries, or None (shuffled parts)."""
+    return ServedCopy.decode(entries[0].data) if len(entries) == 1 else None
+
+
 def _chunks(parts: Iterable[bytes], names: Sequence[str]) -> Iterator[CopyChunk]:
     for data, name in zip(parts, names, strict=True):
         view = memoryview(data)
@@ -179,12 +273,19 @@ def install_copy(root: str, tablet_id: str, handle: ReplicaHandle, copy_id: str,
     storage = handle.storage
     if storage.first_index() - 1 >= snapshot.index or storage.initial_state()[0].commit > \
             snapshot.index:
+        shutil.rmtree(io.local_path(_COPY_IN, copy_id), ignore_errors=True)  # fetched
         raise IllegalStateError(
             f"tablet {tablet_id}: this replica is already at or past index {snapshot.index} "
             f"(log starts after {storage.first_index() - 1}); a copy would take it back")
     in_dir = io.local_path(_COPY_IN, copy_id)
     names = [f"part-{n:06d}" for n in range(total_parts)]
-    if first_part == 0 and len(parts) == total_parts:
+    prefetched: dict[str, str] | None = None
+    served = served_copy(parts)
+    if served is not None:
+        # A served copy: fetched before this request took the replica's lock (copy_fetch).
+        tail, prefetched = fetched_files(io, served)
+        chunks = _chunks(_read([tail]), [tail])
+    elif first_part == 0 and len(parts) == total_parts:
         # The whole copy in this request: install it from memory, nothing staged here.
         chunks = _chunks((e.data for e in parts), names)
     else:
@@ -213,7 +314,7 @@ def install_copy(root: str, tablet_id: str, handle: ReplicaHandle, copy_id: str,
             os.remove(io.local_path(name))
     shutil.rmtree(io.local_path("rowsets"), ignore_errors=True)
     log = MemoryLog()
-    install_tablet_copy(root, chunks, log_sink=log.append)
+    install_tablet_copy(root, chunks, log_sink=log.append, prefetched=prefetched)
     tablet = Tablet.open(root, tablet_id, log=log)
     try:
         tablet.apply(snapshot.index, b"")  # no rows between the copy's last write and A

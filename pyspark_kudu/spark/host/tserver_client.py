@@ -35,7 +35,7 @@ from pyspark_kudu.spark.host.tserver_protocol import (
     decode_error,
 )
 
-__all__ = ["fetch_file", "ping", "scan_remote", "serve_remote"]
+__all__ = ["fetch_file", "fetch_file_buffers", "ping", "scan_remote", "serve_remote"]
 
 _CONNECT_TIMEOUT_S = 10.0
 
@@ -94,6 +94,17 @@ def fetch_file(address: str, secret: bytes, req: FileRequest, *,
     for batch in _stream(address, secret, req.to_ticket(), f"a file stream of {req.path}",
                          timeout_s):
         yield from batch.column(0).to_pylist()
+
+
+def fetch_file_buffers(address: str, secret: bytes, req: FileRequest, *,
+                       timeout_s: float | None = None) -> Iterator[pa.Buffer]:
+    """:func:`fetch_file` without copying: each chunk as the Arrow buffer it arrived in
+    (valid while the caller holds it), for streaming a file to disk (tablet copy)."""
+    for batch in _stream(address, secret, req.to_ticket(), f"a file stream of {req.path}",
+                         timeout_s):
+        col = batch.column(0)
+        for k in range(len(col)):
+            yield col[k].as_buffer()
 
 
 def serve_remote(address: str, secret: bytes, body: bytes) -> bytes:

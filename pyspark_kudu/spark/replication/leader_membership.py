@@ -2,7 +2,9 @@
 :class:`~pyspark_kudu.spark.replication.tablet_leader.TabletLeader` that adds, promotes and
 evicts replicas (Raft config changes, one at a time; a new replica joins as a NON_VOTER and is
 promoted when caught up -- seed "Raft config change"), and brings lagging followers up to
-date from the leader replica's log or by a tablet copy.
+date from the leader replica's log or by a tablet copy (:mod:`~pyspark_kudu.spark.host.tabletcopy`:
+fetched from L's resident tablet server by the new replica's host, or shuffled where that
+is not possible or failed once).
 
 A mixin over the leader's ``RaftNode``, its round primitives (``_run_one``, ``_run_many``,
 ``_round_with``, ``_defer``, ``flush``) and its bookkeeping; see the ``tablet_leader``
@@ -29,6 +31,7 @@ from pyspark_kudu.consensus.messages import (
 from pyspark_kudu.consensus.raft import RaftNode
 from pyspark_kudu.errors import IllegalStateError, ProposalDroppedError, RoundFailedError
 from pyspark_kudu.spark.host.handlers import PeerRequest, PeerResponse, RequestKind
+from pyspark_kudu.spark.host.tabletcopy import served_copy
 from pyspark_kudu.spark.replication.peer_transport import MAX_ROUNDS
 
 __all__ = ["LeaderMembership"]
@@ -55,6 +58,9 @@ class LeaderMembership:
     copies: int
     config_index: int
     last_catch_up_error: str
+    #: Set once a served copy (fetched from L's resident tablet server) failed to install:
+    #: this leader's later copies travel by shuffle (COPY_OUT ``as_refs``).
+    copy_by_shuffle: bool = False
 
     if TYPE_CHECKING:  # provided by TabletLeader
         def _leader(self) -> RaftNode: ...
@@ -105,9 +111,8 @@ class LeaderMembership:
         """Tablet copy from L to ``follower``; returns the index the copy stands for (0 if
         the install did not complete, -1 if L has no tablet: a consensus-only replica)."""
         copy_id = uuid.uuid4().hex
-        out = self._run_one(self.leader_id, PeerRequest(
-            RequestKind.COPY_OUT, self.tablet.tablet_id, self.leader_id, copy_id=copy_id),
-            allow_error="IllegalStateError")
+        out = self._run_one(self.leader_id, self._copy_out_request(copy_id),
+                            allow_error="IllegalStateError")
         if not out.ok:
             self.last_catch_up_error = f"{follower}: no tablet copy ({out.error})"
             return -1
@@ -122,6 +127,9 @@ class LeaderMembership:
                 installed = resp.installed
             if not installed:
                 self.last_catch_up_error = f"{follower}: copy {copy_id} incomplete"
+        except RoundFailedError:
+            self._copy_failed(parts)
+            raise
         finally:
             self._defer(PeerRequest(RequestKind.DROP_COPY, self.tablet.tablet_id,
                                     self.leader_id, copy_id=copy_id))
@@ -145,11 +153,15 @@ class LeaderMembership:
         A fresh add takes five rounds when nothing fails, each one stage for every tablet
         sharing it (:func:`run_round`): (1) the ADD_LEARNER entry, with WIPE + CREATE of the
         new replica in the same task; (2) its commit, with ``COPY_OUT`` on L's host after L
-        applied it; (3) the parts shuffled to the new replica and ``INSTALL_COPY``, ahead of
-        the leader's first AppendEntries to it in the same task, which the installed copy
-        then matches; (4, 5) the ADD_VOTER entry and its commit, with ``DROP_COPY``. Anything
-        out of the ordinary (a failed task, a consensus-only replica, a lagging replica)
-        falls back to the general catch-up (``_catch_up``)."""
+        applied it; (3) ``INSTALL_COPY`` on the new replica's host, ahead of the leader's
+        first AppendEntries to it in the same task, which the installed copy then matches --
+        a served copy is fetched there from L's resident tablet server (no shuffle, one
+        round whatever its size), shuffled parts arrive by the round's shuffle (several
+        rounds of ``_COPY_PARTS_PER_ROUND`` parts for a large copy); (4, 5) the ADD_VOTER
+        entry and its commit, with ``DROP_COPY``. Anything out of the ordinary (a failed
+        task, a consensus-only replica, a lagging replica) falls back to the general
+        catch-up (``_catch_up``); a served copy that failed to install makes this leader's
+        later copies go by shuffle (:attr:`copy_by_shuffle`)."""
         node = self._leader()
         cs = node.conf_state
         if ts in cs.voters:
@@ -165,9 +177,7 @@ class LeaderMembership:
                 # catches up like any follower once it exists.
                 self._run_many(ts, fresh)
             copy_id = uuid.uuid4().hex
-            out = self._round_with({self.leader_id: [PeerRequest(
-                RequestKind.COPY_OUT, self.tablet.tablet_id, self.leader_id,
-                copy_id=copy_id)]})
+            out = self._round_with({self.leader_id: [self._copy_out_request(copy_id)]})
             self._wait_applied(index, ConfChange(ConfChangeType.ADD_LEARNER, ts))
             # The mirror may still hold the last writes' entries as staged-batch refs whose
             # files are being removed: release them (they are applied), so the new replica
@@ -215,13 +225,24 @@ class LeaderMembership:
                 self.last_catch_up_error = (
                     f"{ts}: copy {copy_id} not installed "
                     f"({resp.error if resp is not None else 'its task failed'})")
+                self._copy_failed(parts)
             else:
                 self.copies += 1
         except RoundFailedError as e:
             self.last_catch_up_error = f"{ts}: {e}"
+            self._copy_failed(parts)
         finally:
             self._defer(PeerRequest(RequestKind.DROP_COPY, self.tablet.tablet_id,
                                     self.leader_id, copy_id=copy_id))
+
+    def _copy_out_request(self, copy_id: str) -> PeerRequest:
+        """COPY_OUT on L's host: a served copy unless one failed before (module docs)."""
+        return PeerRequest(RequestKind.COPY_OUT, self.tablet.tablet_id, self.leader_id,
+                           copy_id=copy_id, as_refs=self.copy_by_shuffle)
+
+    def _copy_failed(self, parts: Sequence[Entry]) -> None:
+        if served_copy(parts) is not None:
+            self.copy_by_shuffle = True  # the next copy goes by shuffle
 
     def _install_request(self, ts: str, copy_id: str, parts: Sequence[Entry], k: int,
                          snap: SnapshotMetadata) -> PeerRequest:

@@ -1,0 +1,362 @@
+"""Served tablet copies: a copy's bytes go host to host through the resident tablet servers.
+
+The fast path of :mod:`~pyspark_kudu.spark.host.tabletcopy` (DESIGN §1: file streams are the
+resident tablet server's job). No Spark shuffle, no driver, no Python -> JVM -> Python hop:
+
+1. **Source** (``COPY_OUT``, replica lock held, :func:`stage_served`): the pinned files of the
+   copy (rowset and delta files, immutable once written) are *hard-linked* under
+   ``<tablet>/copy-out/<copy id>/files/`` (copied once where a link is impossible, e.g.
+   across file systems), so a compaction that deletes the originals meanwhile changes
+   nothing; the rest of the copy stream (begin, the log records after the flush, the
+   superblock: small) is written once to ``copy-out/<copy id>/tail``. Each file's size and
+   the CRC32C of each of its segments go into a :class:`ServedCopy` manifest with this
+   host's resident server address, its tablet-server uuid and data root: the only thing
+   the round carries (an entry of a few hundred bytes instead of the part bytes).
+2. **Target** (``INSTALL_COPY``, before the replica lock is taken,
+   :func:`fetch_served_copies`): the pinned task (or the target host's resident server
+   serving the round) pulls every file with ``DoGet`` file streams
+   (:func:`~pyspark_kudu.spark.host.tserver_client.fetch_file_buffers`) from the source's
+   server into ``<tablet>/copy-in/<copy id>/``: streamed to disk (a few 4 MiB batches in
+   memory per stream), each file in segments of ``SEGMENT_BYTES`` (32 MiB) fetched as
+   separate streams written in place, every segment's size and CRC32C checked against the
+   manifest, each file fsynced once when complete. The segments of every file of every copy
+   the task installs are fetched concurrently, at
+   most ``PYSPARK_KUDU_COPY_STREAMS`` (default 4) streams at a time, together at most
+   ``PYSPARK_KUDU_COPY_MAX_MB_S`` MB/s per process (default 0: no cap) -- both read from
+   the environment of the process serving the round (``spark.executorEnv.*``). When every
+   file is in, a ``fetched`` marker is written; only then may the install (replica lock held,
+   :func:`~pyspark_kudu.spark.host.tabletcopy.install_copy`) move the files into place and
+   write the superblock last, exactly as for a shuffled copy.
+
+A fetch that fails (the source server unreachable or gone, a short or damaged file, a
+refused credential) removes everything it fetched and fails that ``INSTALL_COPY`` with the
+reason; nothing of the replica is touched. The leader then falls back to the shuffle path
+for its next copy (``COPY_OUT`` with ``as_refs``; see
+:mod:`~pyspark_kudu.spark.replication.leader_membership`). A full or failing disk while
+fetching marks the target replica failed, as any write to it would.
+
+Thread-safety: :func:`fetch_served_copies` runs its streams on its own threads and returns
+when they are done; the rate cap is process-wide and thread-safe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import google_crc32c
+
+from pyspark_kudu.errors import (
+    CorruptionError,
+    DiskFullError,
+    IllegalStateError,
+    InvalidArgumentError,
+    IOError_,
+    KuduError,
+)
+from pyspark_kudu.fileio import FileIO, make_private_dirs, open_private
+from pyspark_kudu.rpc.auth import secret_from_env
+from pyspark_kudu.spark.host.tserver_protocol import ADDRESS_ENV, FileRequest
+from pyspark_kudu.tablet.copy import TabletCopySource
+
+__all__ = [
+    "COPY_IN_DIR",
+    "COPY_OUT_DIR",
+    "MAX_RATE_ENV",
+    "STREAMS_ENV",
+    "ServedCopy",
+    "ServedFile",
+    "fetch_served_copies",
+    "fetched_files",
+    "served_source",
+    "stage_served",
+]
+
+SERVED_MAGIC = b"\x00KCPY1"
+COPY_OUT_DIR = "copy-out"
+COPY_IN_DIR = "copy-in"
+TAIL = "tail"
+_FETCHED = "fetched"
+STREAMS_ENV = "PYSPARK_KUDU_COPY_STREAMS"
+MAX_RATE_ENV = "PYSPARK_KUDU_COPY_MAX_MB_S"
+_DEFAULT_STREAMS = 4
+#: A file is fetched in segments of this size, each its own stream with its own CRC32C, so
+#: one large rowset file uses several streams.
+SEGMENT_BYTES = 32 << 20
+_STALE_S = 3600.0  # a copy-out older than this was abandoned (its driver died before DROP)
+# A stream slower than this (plus a minute) is considered hung: the round must end.
+_MIN_STREAM_BYTES_PER_S = 5e6
+
+
+@dataclass(frozen=True)
+class ServedFile:
+    name: str  # relative to the tablet directory; TAIL for the copy stream's tail
+    size: int
+    crcs: tuple[int, ...]  # CRC32C of each SEGMENT_BYTES segment (the last one shorter)
+
+    def segments(self) -> list[tuple[int, int, int]]:
+        """``(offset, length, crc)`` of each segment: fetched as separate streams."""
+        return [(k * SEGMENT_BYTES, min(SEGMENT_BYTES, self.size - k * SEGMENT_BYTES), c)
+                for k, c in enumerate(self.crcs)]
+
+
+@dataclass(frozen=True)
+class ServedCopy:
+    """Where a staged copy's files wait, on which resident server: the ``INSTALL_COPY``
+    entry of the served path (the tail first, then the files)."""
+
+    address: str
+    ts_uuid: str
+    root: str
+    tablet_id: str
+    copy_id: str
+    files: tuple[ServedFile, ...]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def source_path(self, f: ServedFile) -> str:
+        """The file's path under the source tablet's directory."""
+        tail = f.name if f.name == TAIL else os.path.join("files", f.name)
+        return os.path.join(COPY_OUT_DIR, self.copy_id, tail)
+
+    def encode(self) -> bytes:
+        return SERVED_MAGIC + json.dumps(
+            [self.address, self.ts_uuid, self.root, self.tablet_id, self.copy_id,
+             [[f.name, f.size, list(f.crcs)] for f in self.files]]).encode()
+
+    @staticmethod
+    def decode(data: bytes) -> ServedCopy | None:
+        """The manifest in an entry's data, or None if it is not one."""
+        if not data.startswith(SERVED_MAGIC):
+            return None
+        address, ts, root, tablet, copy_id, files = json.loads(data[len(SERVED_MAGIC):])
+        return ServedCopy(str(address), str(ts), str(root), str(tablet), str(copy_id),
+                          tuple(ServedFile(str(n), int(s), tuple(int(c) for c in cs))
+                                for n, s, cs in files))
+
+
+def served_source() -> tuple[str, bytes] | None:
+    """This host's resident server address and the cluster credential, if both are known
+    here (else a copy must travel by shuffle)."""
+    address, secret = os.environ.get(ADDRESS_ENV, ""), secret_from_env()
+    return (address, secret) if address and secret else None
+
+
+def _crcs_of(path: str) -> tuple[int, ...]:
+    """CRC32C of each ``SEGMENT_BYTES`` segment of the file at ``path``."""
+    out = []
+    with open(path, "rb") as f:
+        while seg := f.read(SEGMENT_BYTES):
+            out.append(google_crc32c.value(seg))
+    return tuple(out)
+
+
+def stage_served(io: FileIO, src: TabletCopySource, tablet_id: str, copy_id: str,
+                 address: str, ts_uuid: str, root: str, tail: Iterable[bytes]) -> ServedCopy:
+    """Source side (module step 1): link the pinned files of ``src`` and write ``tail`` (the
+    copy stream without file chunks, framed) under ``<tablet>/copy-out/<copy_id>/``."""
+    _sweep_stale(io)
+    out = io.local_path(COPY_OUT_DIR, copy_id)
+    make_private_dirs(out)
+    size = 0
+    with open_private(os.path.join(out, TAIL), "wb") as f:
+        for piece in tail:
+            f.write(piece)
+            size += len(piece)
+    files = [ServedFile(TAIL, size, _crcs_of(os.path.join(out, TAIL)))]
+    for name, size in src.files().items():
+        dest = os.path.join(out, "files", name)
+        make_private_dirs(os.path.dirname(dest))
+        try:
+            os.link(io.local_path(name), dest)
+        except OSError:
+            shutil.copyfile(io.local_path(name), dest)  # another file system: copy once
+        if os.path.getsize(dest) != size:
+            raise IllegalStateError(f"tablet {tablet_id}: pinned file {name} changed size "
+                                    f"while being copied; retry the copy")
+        files.append(ServedFile(name, size, _crcs_of(dest)))
+    return ServedCopy(address, ts_uuid, root, tablet_id, copy_id, tuple(files))
+
+
+def _sweep_stale(io: FileIO) -> None:
+    base = io.local_path(COPY_OUT_DIR)
+    with contextlib.suppress(OSError):
+        for name in os.listdir(base):
+            path = os.path.join(base, name)
+            if time.time() - os.path.getmtime(path) > _STALE_S:
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def drop_served(io: FileIO, copy_id: str) -> None:
+    """Remove the staged (linked) files of copy ``copy_id`` on the source."""
+    if io.is_local:
+        shutil.rmtree(io.local_path(COPY_OUT_DIR, copy_id), ignore_errors=True)
+
+
+class _RateCap:
+    """Paces the bytes fetched by every stream of this process to ``bytes_per_s``.
+    Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._next = 0.0
+
+    def take(self, n: int, bytes_per_s: float) -> None:
+        if bytes_per_s <= 0:
+            return
+        with self._lock:
+            now = time.monotonic()
+            self._next = max(self._next, now) + n / bytes_per_s
+            wait = self._next - now - 0.05  # up to 50 ms of burst
+        if wait > 0:
+            time.sleep(wait)  # pacing a stream, not waiting for a condition
+
+
+_CAP = _RateCap()
+
+
+def _settings() -> tuple[int, float]:
+    try:
+        streams = max(1, int(os.environ.get(STREAMS_ENV) or _DEFAULT_STREAMS))
+        rate = float(os.environ.get(MAX_RATE_ENV) or 0) * 1e6
+    except ValueError as e:
+        raise InvalidArgumentError(f"bad {STREAMS_ENV} / {MAX_RATE_ENV} setting: {e}") from e
+    return streams, rate
+
+
+def fetched_files(io: FileIO, copy: ServedCopy) -> tuple[str, dict[str, str]]:
+    """(Target.) The local paths of a fetched copy: its tail, and the files by name.
+
+    Raises:
+        IllegalStateError: the copy was not (completely) fetched here.
+    """
+    base = io.local_path(COPY_IN_DIR, copy.copy_id)
+    if not os.path.exists(os.path.join(base, _FETCHED)):
+        raise IllegalStateError(
+            f"tablet copy {copy.copy_id} of {copy.tablet_id} was not fetched from "
+            f"{copy.address}; nothing installed")
+    return (os.path.join(base, TAIL),
+            {f.name: os.path.join(base, "files", f.name) for f in copy.files if f.name != TAIL})
+
+
+def fetch_served_copies(root: str, copies: Sequence[tuple[FileIO, ServedCopy]]
+                        ) -> list[KuduError | None]:
+    """Target side (module step 2): fetch each copy into its replica's ``copy-in/`` under
+    ``root``; returns, per copy, None (fetched, ``fetched_files`` finds it) or the error
+    (its partial files removed)."""
+    secret = secret_from_env()
+    streams, rate = _settings()
+    errors: list[KuduError | None] = [None] * len(copies)
+    jobs: list[tuple[int, ServedCopy, ServedFile, str, tuple[int, int, int]]] = []
+    files: list[tuple[int, str]] = []
+    for k, (io, copy) in enumerate(copies):
+        base = io.local_path(COPY_IN_DIR, copy.copy_id)
+        shutil.rmtree(base, ignore_errors=True)  # a fetch cut short earlier
+        if not secret:
+            errors[k] = InvalidArgumentError(
+                f"tablet copy {copy.copy_id}: this process has no cluster credential to "
+                f"fetch it from {copy.address}")
+            continue
+        try:
+            for f in copy.files:
+                path = os.path.join(base, f.name if f.name == TAIL else
+                                    os.path.join("files", f.name))
+                make_private_dirs(os.path.dirname(path))
+                with open_private(path, "wb") as out:  # segments are written in place
+                    out.truncate(f.size)
+                files.append((k, path))
+                jobs.extend((k, copy, f, path, seg) for seg in f.segments())
+        except (KuduError, OSError) as e:
+            errors[k] = _as_kudu(e, copy, None)
+    jobs.sort(key=lambda j: -j[4][1])  # largest first: the streams finish together
+    lock = threading.Lock()
+
+    def one(job: tuple[int, ServedCopy, ServedFile, str, tuple[int, int, int]]) -> None:
+        k, copy, f, path, seg = job
+        if errors[k] is not None:
+            return
+        try:
+            _fetch_segment(copy, f, path, seg, secret or b"", rate)
+        except (KuduError, OSError) as e:
+            with lock:
+                errors[k] = errors[k] or _as_kudu(e, copy, f)
+
+    if jobs:
+        with ThreadPoolExecutor(min(streams, len(jobs)),
+                                thread_name_prefix="kudu-copy-fetch") as pool:
+            list(pool.map(one, jobs))
+    for k, path in files:  # each file synced once, when all its segments are in
+        if errors[k] is None:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except OSError as e:
+                errors[k] = _as_kudu(e, copies[k][1], None)
+    for k, (io, copy) in enumerate(copies):
+        base = io.local_path(COPY_IN_DIR, copy.copy_id)
+        if errors[k] is None:
+            try:
+                with open_private(os.path.join(base, _FETCHED), "wb") as m:
+                    m.write(copy.copy_id.encode())
+            except (KuduError, OSError) as e:
+                errors[k] = _as_kudu(e, copy, None)
+        if errors[k] is not None:
+            shutil.rmtree(base, ignore_errors=True)
+    return errors
+
+
+def _as_kudu(e: BaseException, copy: ServedCopy, f: ServedFile | None) -> KuduError:
+    if isinstance(e, KuduError):
+        return e
+    what = f"tablet copy {copy.copy_id} of {copy.tablet_id}" + (f", file {f.name}" if f else "")
+    if isinstance(e, OSError) and e.errno == 28:
+        return DiskFullError(f"{what}: no space left on this host: {e}")
+    return IOError_(f"{what}: writing the fetched bytes failed: {e}")
+
+
+def _fetch_segment(copy: ServedCopy, f: ServedFile, path: str, seg: tuple[int, int, int],
+                   secret: bytes, rate: float) -> None:
+    from pyspark_kudu.spark.host.tserver_client import fetch_file_buffers
+
+    offset, length, want = seg
+    req = FileRequest(copy.ts_uuid, copy.tablet_id, copy.source_path(f), offset, length,
+                      copy.root)
+    timeout = 60.0 + length / (rate if 0 < rate < _MIN_STREAM_BYTES_PER_S
+                               else _MIN_STREAM_BYTES_PER_S)
+    crc = n = 0
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        stream = fetch_file_buffers(copy.address, secret, req, timeout_s=timeout)
+        try:
+            for buf in stream:
+                if n + buf.size > length:
+                    n += buf.size
+                    break
+                _CAP.take(buf.size, rate)
+                os.pwrite(fd, buf, offset + n)
+                crc = google_crc32c.extend(crc, buf)
+                n += buf.size
+        finally:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()  # ends the stream (and its connection) now, not at collection
+    finally:
+        os.close(fd)
+    if n != length or crc != want:
+        raise CorruptionError(
+            f"tablet copy {copy.copy_id} of {copy.tablet_id}: file {f.name} fetched from "
+            f"{copy.address} is damaged at bytes {offset}..{offset + length} ({n} bytes with "
+            f"CRC32C {crc}, expected {length} bytes with CRC32C {want}); nothing was "
+            f"installed")

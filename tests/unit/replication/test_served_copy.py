@@ -1,0 +1,215 @@
+"""Served tablet copies (spark/host/copy_fetch.py): the copy's files travel from the source
+host's resident tablet server to the target, fetched by the target; no shuffle carries them.
+
+A real Flight server serves the source's data root; the rounds run through DirectTransport,
+which would deliver staged refs just as a Spark shuffle does, so "no ref in any request" is
+"no shuffle carried part bytes".
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from pyspark_kudu.rpc.auth import SECRET_ENV
+from pyspark_kudu.schema import ColumnSchema, Schema
+from pyspark_kudu.spark.host import tserver_client
+from pyspark_kudu.spark.host.copy_fetch import COPY_IN_DIR, COPY_OUT_DIR, TAIL, ServedCopy
+from pyspark_kudu.spark.host.dataplane import refs_in
+from pyspark_kudu.spark.host.handlers import (
+    FAILED_FILE,
+    PeerRequest,
+    PeerResponse,
+    RequestKind,
+    handle_requests,
+    read_applied,
+    replica_storage,
+    tablet_dir,
+)
+from pyspark_kudu.spark.host.identity import ensure_instance
+from pyspark_kudu.spark.host.replica_cache import open_replica
+from pyspark_kudu.spark.host.tablet_server import _make_server
+from pyspark_kudu.spark.host.tabletcopy import COPYING_FILE, served_copy
+from pyspark_kudu.spark.host.tserver_protocol import ADDRESS_ENV
+from pyspark_kudu.spark.host.wal_committed_log import WalCommittedLog
+from pyspark_kudu.spark.replication.peer_transport import DirectTransport
+from pyspark_kudu.spark.replication.tablet_leader import TabletLeader, TabletReplicas
+from pyspark_kudu.tablet import OpType, Tablet, encode_write_batch
+from pyspark_kudu.tablet.superblock import SUPERBLOCK_FILE
+from pyspark_kudu.wal import SyncPolicy, WalOptions
+
+pytestmark = pytest.mark.unit
+
+SECRET = "s" * 32
+OPTS = WalOptions(segment_size=64 << 10, sync_policy=SyncPolicy.FDATASYNC, preallocate=False)
+TS = ("ts-a", "ts-b", "ts-c")
+SCHEMA = Schema((ColumnSchema("id", "int64", nullable=False), ColumnSchema("v", "string")),
+                ("id",))
+
+
+def _batch(lo: int, n: int) -> bytes:
+    return encode_write_batch(SCHEMA, OpType.UPSERT, pa.table({
+        "id": list(range(lo, lo + n)), "v": [f"v{i}" * 20 for i in range(lo, lo + n)]}))
+
+
+def _rows(root: str) -> list[tuple[int, str]]:
+    with replica_storage(root, "t", OPTS) as st:
+        t = Tablet.open(root, "t", log=WalCommittedLog(st))
+        try:
+            return sorted((r["id"], r["v"]) for r in t.scan_table().to_pylist())
+        finally:
+            t.close()
+
+
+def _flush(root: str) -> None:
+    """Flush the replica's MemRowSet to a rowset file (what maintenance would do), through
+    the replica's cached handle as the resident server's maintenance does."""
+    io = tablet_dir(root, "t")
+    with open_replica(root, io, "t", OPTS, mutate=True) as handle:
+        handle.open_tablet(root, "t", read_applied(io)).flush()
+
+
+class _Recording:
+    """DirectTransport that keeps every request it ran."""
+
+    def __init__(self, inner: DirectTransport) -> None:
+        self.inner = inner
+        self.requests: list[PeerRequest] = []
+
+    def run(self, requests: Mapping[str, Sequence[PeerRequest]]
+            ) -> dict[str, list[PeerResponse] | None]:
+        for reqs in requests.values():
+            self.requests.extend(reqs)
+        return self.inner.run(requests)
+
+    def unreachable(self) -> set[str]:
+        return self.inner.unreachable()
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A resident tablet server; this process acts as every host's task and knows it."""
+    srv = _make_server("127.0.0.1", SECRET.encode())
+    monkeypatch.setenv(SECRET_ENV, SECRET)
+    monkeypatch.setenv(ADDRESS_ENV, f"127.0.0.1:{srv.port}")
+    try:
+        yield srv
+    finally:
+        srv.shutdown()
+
+
+def _setup(tmp_path: Path, rows: int = 600) -> tuple[_Recording, TabletLeader]:
+    roots = {ts: str(tmp_path / ts) for ts in (*TS, "ts-d")}
+    for r in roots.values():
+        ensure_instance(r)
+    transport = _Recording(DirectTransport(roots, OPTS))
+    tablet = TabletReplicas("t", TS)
+    TabletLeader(tablet, "ts-a", transport).create(SCHEMA.to_json())  # type: ignore[arg-type]
+    lead = TabletLeader(tablet, "ts-a", transport)  # type: ignore[arg-type]
+    lead.elect()
+    for k in range(0, rows, 100):
+        lead.propose([_batch(k, 100)])
+        if k == rows // 2:
+            lead.heartbeat()
+            _flush(roots["ts-a"])  # half the rows in a rowset file, half in the log tail
+    lead.heartbeat()
+    return transport, lead
+
+
+def _stats(srv: Any) -> dict[str, Any]:
+    return tserver_client.ping(f"127.0.0.1:{srv.port}", SECRET.encode())
+
+
+def test_a_new_replica_fetches_its_copy_from_the_sources_server_without_a_shuffle(
+        tmp_path: Path, server: Any) -> None:
+    transport, lead = _setup(tmp_path)
+    before = _stats(server)["file_bytes_served"]
+    lead.add_replica("ts-d")
+    lead.heartbeat()
+
+    installs = [r for r in transport.requests if r.kind == RequestKind.INSTALL_COPY]
+    assert len(installs) == 1, "the whole copy must travel in one install round"
+    copy = served_copy(installs[0].entries)
+    assert copy is not None and any(f.name != TAIL for f in copy.files), \
+        "the install must carry a served copy with the source's rowset files"
+    assert not any(refs_in(r.messages, r.entries) for r in transport.requests), \
+        "no request may carry a staged ref (a shuffle would have carried its bytes)"
+    assert _stats(server)["file_bytes_served"] - before == copy.total_bytes
+    roots = transport.inner.roots
+    assert _rows(roots["ts-d"]) == _rows(roots["ts-a"]) and len(_rows(roots["ts-a"])) == 600
+    # Staged links and fetched files are gone once the install and DROP_COPY ran.
+    assert not os.listdir(tablet_dir(roots["ts-a"], "t").local_path(COPY_OUT_DIR))
+    assert not tablet_dir(roots["ts-d"], "t").exists(COPY_IN_DIR)
+
+
+def _copy_out(tmp_path: Path) -> tuple[dict[str, str], PeerResponse]:
+    transport, _ = _setup(tmp_path, rows=300)
+    roots = transport.inner.roots
+    (out,) = handle_requests(roots["ts-a"], [PeerRequest(
+        RequestKind.COPY_OUT, "t", "ts-a", copy_id="c1")], host="ts-a", options=OPTS)
+    assert out.ok, out.error
+    (created,) = handle_requests(roots["ts-d"], [PeerRequest(RequestKind.CREATE, "t", "ts-d")],
+                                 host="ts-d", options=OPTS)
+    assert created.ok, created.error
+    return roots, out
+
+
+def _install(roots: dict[str, str], out: PeerResponse) -> PeerResponse:
+    from pyspark_kudu.consensus.messages import SnapshotMetadata
+
+    assert out.state is not None
+    snap = SnapshotMetadata(out.last_index, out.prev_term, out.state.conf_state)
+    (resp,) = handle_requests(roots["ts-d"], [PeerRequest(
+        RequestKind.INSTALL_COPY, "t", "ts-d", entries=out.entries, lo=0, hi=1, copy_id="c1",
+        snapshot=snap)], host="ts-d", options=OPTS)
+    return resp
+
+
+@pytest.mark.parametrize("damage", ["flipped", "short"])
+def test_a_damaged_or_short_fetched_file_is_refused_and_nothing_is_installed(
+        tmp_path: Path, server: Any, damage: str) -> None:
+    roots, out = _copy_out(tmp_path)
+    copy = served_copy(out.entries)
+    assert copy is not None
+    f = max(copy.files, key=lambda f: f.size)
+    staged = tablet_dir(roots["ts-a"], "t").local_path(copy.source_path(f))
+    data = bytearray(Path(staged).read_bytes())
+    os.remove(staged)  # a hard link to the source's own file: leave that one intact
+    if damage == "flipped":
+        data[len(data) // 2] ^= 0xFF
+    else:
+        del data[len(data) // 2:]
+    Path(staged).write_bytes(bytes(data))
+
+    resp = _install(roots, out)
+    assert not resp.ok and "CorruptionError" in resp.error and "damaged" in resp.error
+    assert f.name in resp.error and "nothing was installed" in resp.error
+    target = tablet_dir(roots["ts-d"], "t")
+    assert not target.exists(SUPERBLOCK_FILE) or not target.listdir("rowsets")
+    assert not target.exists(COPY_IN_DIR, "c1") and not target.exists(COPYING_FILE)
+    assert not target.exists(FAILED_FILE), "a damaged transfer is not the target's fault"
+
+
+def test_a_copy_whose_source_server_is_gone_falls_back_to_the_shuffle(
+        tmp_path: Path, server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    transport, lead = _setup(tmp_path)
+    roots = transport.inner.roots
+    # The source advertises a server that is no longer there (its executor restarted).
+    gone = _make_server("127.0.0.1", SECRET.encode())
+    port = gone.port
+    gone.shutdown()
+    monkeypatch.setenv(ADDRESS_ENV, f"127.0.0.1:{port}")
+
+    lead.add_replica("ts-d")
+    lead.heartbeat()
+    assert lead.copy_by_shuffle and "unreachable" in lead.last_catch_up_error
+    installs = [r for r in transport.requests if r.kind == RequestKind.INSTALL_COPY]
+    assert served_copy(installs[0].entries) is not None
+    assert any(refs_in((), r.entries) for r in installs[1:]), "the retry must use the shuffle"
+    assert _rows(roots["ts-d"]) == _rows(roots["ts-a"])
+    assert ServedCopy.decode(installs[0].entries[0].data) == served_copy(installs[0].entries)
