@@ -235,3 +235,30 @@ def test_a_scan_whose_token_names_stale_server_addresses_asks_for_fresh_ones(
                                strict=True))
     assert rows == [(i, f"v{i}") for i in range(30)]
     assert len(asked) == len(tokens), f"asked for fresh addresses {len(asked)} times"
+
+
+def test_reads_stay_at_this_clients_acknowledged_writes_after_its_leader_was_abandoned(
+    spark: SparkSession, kudu: KuduContext,
+) -> None:
+    """A failed round abandons the client's leader of a tablet (found by the chaos mode: a
+    settle round failed after an executor was killed, the master's reported leader was on
+    a lost host, and a read then let a follower that missed the write serve what it had).
+    The read still carries the last acknowledged entry, with its term and the replica that
+    committed it: read-your-writes does not depend on the leader object surviving."""
+    kudu.create_table("ryw", STRUCT, keys=["id"])  # one tablet
+    kudu.upsert_rows(spark.createDataFrame([(i, "a") for i in range(10)], STRUCT), "ryw")
+    kudu.upsert_rows(spark.createDataFrame([(i, "b") for i in range(5)], STRUCT), "ryw")
+    (t,) = kudu.master.get_table("ryw").tablets
+    lead = kudu._leaders[t.tablet_id]
+    assert lead.node is not None
+    commit = lead.node.commit_index
+    term = lead.node.log.term(commit)
+    lead.abandon("test: a round of this leader failed")
+    # As if no report reached the master (or its reported leader's host were lost).
+    leader, known, known_term = kudu.known_commit(t.tablet_id, "", 0)
+    assert (leader, known, known_term) == (lead.leader_id, commit, term), (
+        "a read after the leader was abandoned would not see this client's writes")
+    # A reported commit below the acknowledged one does not lower the floor either.
+    assert kudu.known_commit(t.tablet_id, lead.leader_id, commit - 1)[1] == commit
+    got = sorted(tuple(r) for r in kudu.read_table("ryw").collect())
+    assert got == [(i, "b") for i in range(5)] + [(i, "a") for i in range(5, 10)]

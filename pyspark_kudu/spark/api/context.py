@@ -220,6 +220,7 @@ class KuduContext(WritePath, ReplicaManagement):
         self._janitor = StagingJanitor(sc, [s.host for s in self.servers],
                                        self.warehouse if self._local else None)
         self._leaders: dict[str, TabletLeader] = {}
+        self._acked: dict[str, tuple[str, int, int]] = {}
         self._failed_reported: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
         self._refresh_lock = threading.Lock()
@@ -516,16 +517,27 @@ class KuduContext(WritePath, ReplicaManagement):
         entry's term when known: this client's own leader's (with the term, so a follower
         holding the entry can serve the read), else the last one any client reported
         (entries up to it are committed for good; no term), else None (each replica serves
-        what it knows committed)."""
+        what it knows committed).
+
+        Never below this client's own acknowledged writes (read-your-writes): the last
+        entry of those (``_acked``, with the replica that committed it and its term) is the
+        floor, also when the leader that committed it was abandoned since (a failed round,
+        an executor lost) or a new leader has not yet learnt the commit; without it such a
+        read would let a follower that missed the write serve what it had."""
         with self._lock:
             lead = self._leaders.get(tablet_id)
+            acked = self._acked.get(tablet_id)
         if lead is not None and lead.node is not None:
             commit = lead.node.commit_index
             term = lead.node.log.term_or_zero(commit)
-            return lead.leader_id, commit, term or None
+            if acked is None or commit >= acked[1]:
+                return lead.leader_id, commit, term or None
         if (reported_leader and reported_commit
-                and reported_leader not in self.transport.unreachable()):
+                and reported_leader not in self.transport.unreachable()
+                and (acked is None or reported_commit > acked[1])):
             return reported_leader, reported_commit, None
+        if acked is not None:
+            return acked
         return reported_leader, None, None
 
 def _identify(_: object, conf_root: str | None = None) -> tuple[TabletServerInfo, str]:

@@ -165,6 +165,10 @@ class WritePath(RideThrough):
     _lock: threading.Lock
     _leaders: dict[str, TabletLeader]
     _failed_reported: set[tuple[str, str]]
+    #: Per tablet, the last entry of this client's acknowledged writes: (the leader replica
+    #: that committed it, its index, its term). Reads must see it (read-your-writes) even
+    #: after that leader was abandoned (``KuduContext.known_commit``).
+    _acked: dict[str, tuple[str, int, int]]
 
     # -- writes ------------------------------------------------------------------------------
     def insert_rows(self, df: DataFrame, table: str) -> WriteSummary:
@@ -384,6 +388,7 @@ class WritePath(RideThrough):
                     f"upsert retry is harmless)"))
                 continue
             tally.own_done(tid, outcome, batch_refs)
+            self._note_acked(tid, leaders[tid].leader_id, outcome)
         for tid, batch_refs, lost_err in lost:
             try:
                 batch_refs, outcome = self._ride_through(table, tid, batch_refs, lost_err,
@@ -393,11 +398,27 @@ class WritePath(RideThrough):
                 tally.fail(err)
                 continue
             tally.own_done(tid, outcome, batch_refs)
+            with self._lock:
+                rider = self._leaders.get(tid)  # elected by the ride-through, or later
+            if rider is not None:
+                self._note_acked(tid, rider.leader_id, outcome)
         self._report_failed(leaders[t] for t in refs)
         if not failed:
             with self._lock:
                 now = [self._leaders.get(t, leaders[t]) for t in refs]
             self._report_commits(now)
+
+    def _note_acked(self, tid: str, leader_id: str, outcome: WriteOutcome) -> None:
+        """Remember the last entry of an acknowledged write to ``tid`` (``_acked``).
+        ``leader_id`` committed it or was elected after (its log holds every committed
+        entry), so it may serve a read up to it without checking the term."""
+        last = max(((i, t) for i, t, _ in outcome if i > 0), default=None)
+        if last is None:
+            return
+        with self._lock:
+            cur = self._acked.get(tid)
+            if cur is None or cur[1] < last[0]:
+                self._acked[tid] = (leader_id, last[0], last[1])
 
     def _report_failed(self, leaders: Iterable[TabletLeader]) -> None:
         """Tell the master about replicas that answered "failed" (corrupt files, full disk):
