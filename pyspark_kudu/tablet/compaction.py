@@ -39,10 +39,11 @@ from pyspark_kudu.tablet.keys import (
 )
 from pyspark_kudu.tablet.rowset import DiskRowSet, RowSetMeta, rowset_file, write_parquet
 
-__all__ = ["prepare_versions", "sort_versions", "write_rowset"]
+__all__ = ["ROWSET_ENCODINGS", "prepare_versions", "sort_versions", "write_rowset"]
 
 I64 = npt.NDArray[np.int64]
-_ENCODINGS = {ROW_COLUMN: "DELTA_BINARY_PACKED"}
+#: Column encodings of every rowset file (flush and compaction outputs alike).
+ROWSET_ENCODINGS = {ROW_COLUMN: "DELTA_BINARY_PACKED"}
 
 
 def sort_versions(table: pa.Table, schema: Schema) -> pa.Table:
@@ -79,7 +80,7 @@ def write_rowset(fileio: FileIO, rowset_id: int, table: pa.Table, schema: Schema
     table = table.append_column(pa.field(ROW_COLUMN, pa.int64(), nullable=False),
                                 pa.array(np.arange(n, dtype=np.int64)))
     name = rowset_file(rowset_id)
-    size = write_parquet(fileio, name, table, row_group_rows, _ENCODINGS)
+    size = write_parquet(fileio, name, table, row_group_rows, ROWSET_ENCODINGS)
     ts = np.asarray(table.column(TS_COLUMN).to_numpy(), dtype=np.int64)
     end = np.array(table.column(END_COLUMN).to_numpy(), dtype=np.int64)
     pk = list(schema.primary_key)

@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 
 from pyspark_kudu.fileio import FileIO
 from pyspark_kudu.schema import Schema
-from pyspark_kudu.tablet.compaction import sort_versions
+from pyspark_kudu.tablet.compaction import ROWSET_ENCODINGS, sort_versions
 from pyspark_kudu.tablet.keys import (
     END_COLUMN,
     LIVE,
@@ -54,7 +54,6 @@ from pyspark_kudu.tablet.rowset import (
 __all__ = ["MergeStats", "merge_rowsets", "write_merged"]
 
 I64 = npt.NDArray[np.int64]
-_ENCODINGS = {ROW_COLUMN: "DELTA_BINARY_PACKED"}
 
 
 @dataclass
@@ -204,7 +203,8 @@ class _Output:
         self._physical = physical_schema(schema)
         self.id = rowset_id
         self.name = rowset_file(rowset_id)
-        self._sink = ParquetSink(fileio, self.name, self._physical, row_group_rows, _ENCODINGS)
+        self._sink = ParquetSink(fileio, self.name, self._physical, row_group_rows,
+                                 ROWSET_ENCODINGS)
         self.n = 0
         self._first: tuple[Any, ...] = ()
         self._last: tuple[Any, ...] = ()

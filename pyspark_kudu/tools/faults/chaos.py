@@ -64,7 +64,7 @@ from pyspark_kudu.testing.standalone_cluster import StandaloneCluster
 from pyspark_kudu.tools.faults.history import HistoryWriter, Key, Value
 from pyspark_kudu.tools.faults.inject import FaultEvent, executor_pids
 from pyspark_kudu.tools.faults.injector import FaultInjector, _Halt
-from pyspark_kudu.tools.faults.workload import OUTCOME_UNKNOWN, Workload
+from pyspark_kudu.tools.faults.workload import OUTCOME_UNKNOWN, Workload, record_read
 
 __all__ = [
     "ACK_GOAL",
@@ -500,11 +500,7 @@ class ChaosWorkload(Workload):
             else:
                 self._unexpected_error(op, client, "read", e)
             return None
-        results: dict[Key, Value] = dict.fromkeys(keys)
-        for r in rows:
-            results[int(r["id"])] = r["v"]
-        self.history.ok(op, results=results)
-        return results
+        return record_read(self.history, op, keys, rows)
 
 
 def run_chaos(workload: ChaosWorkload, injector: ChaosInjector, *, window_s: float,

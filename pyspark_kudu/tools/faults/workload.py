@@ -24,7 +24,7 @@ import random
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pyspark_kudu.errors import (
@@ -171,8 +171,15 @@ class Workload:
         except Exception as e:
             self._unexpected_error(op, client, "read", e)
             return None
-        results: dict[Key, Value] = dict.fromkeys(keys)
-        for r in rows:
-            results[int(r["id"])] = r["v"]
-        self.history.ok(op, results=results)
-        return results
+        return record_read(self.history, op, keys, rows)
+
+
+def record_read(history: HistoryWriter, op: int, keys: Sequence[Key], rows: Iterable[Any]
+                ) -> dict[Key, Value]:
+    """Record a completed full read of ``keys`` (rows with ``id`` and ``v``; a key no row
+    names reads as absent) and return its results."""
+    results: dict[Key, Value] = dict.fromkeys(keys)
+    for r in rows:
+        results[int(r["id"])] = r["v"]
+    history.ok(op, results=results)
+    return results
