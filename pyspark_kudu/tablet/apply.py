@@ -18,10 +18,14 @@ A new version is a full row image: supplied columns from the batch, missing colu
 old version on the update path and from the column default (or null) on the insert path.
 
 The batch is processed with whole-array operations: one dict probe per row for the
-MemRowSet, one ``searchsorted`` per candidate rowset, masks per op type. Rows whose key occurs
-more than once in the batch must see each other's effects, so a batch with repeated keys is
-split into *rounds* (round r = the r-th occurrence of every key), applied in order; within a
-round all keys are distinct and the vectorized path is exact.
+MemRowSet, one ``searchsorted`` per candidate rowset, masks per op type. A rowset is a
+candidate if the batch's first-key range overlaps its own and its bloom filter (:mod:`.bloom`)
+admits some of the keys; only those keys are probed, and a rowset whose filter rules out
+every key never loads its key index -- inserting fresh keys then reads no index at all.
+
+Rows whose key occurs more than once in the batch must see each other's effects, so a batch
+with repeated keys is split into *rounds* (round r = the r-th occurrence of every key), applied
+in order; within a round all keys are distinct and the vectorized path is exact.
 
 Thread-safety: call under the tablet lock (mutates the MemRowSet and rowset deltas).
 """
@@ -37,6 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pyspark_kudu.schema import Schema
+from pyspark_kudu.tablet.bloom import bloom_hashes
 from pyspark_kudu.tablet.keys import LIVE, key_probe, python_keys
 from pyspark_kudu.tablet.memrowset import MemRowSet
 from pyspark_kudu.tablet.ops import OpType, RowError, WriteBatch, WriteResult
@@ -56,6 +61,8 @@ class ApplyStats:
     """Counters the write path bumps (the tablet aggregates them into its metrics)."""
 
     index_loads: int = 0
+    bloom_checks: int = 0  # rowsets whose bloom filter was consulted
+    bloom_skips: int = 0  # ... and ruled out every key, so the key index was not needed
     rows_fetched_for_update: int = 0
 
 
@@ -187,22 +194,39 @@ class _Round:
         bounds = pc.min_max(first)
         lo, hi = bounds["min"].as_py(), bounds["max"].as_py()
         probe = None
+        hashes: dict[int, npt.NDArray[np.uint64]] = {}  # bloom hashes of qkeys, by seed
         best_ts = np.full(len(need), -1, dtype=np.int64)
         for j, rs in enumerate(self.rowsets):
             if hi < rs.meta.min_key[0] or lo > rs.meta.max_key[0]:
                 continue
+            q: I64 | None = None  # the qkeys the rowset may hold (None: all of them)
+            bloom = rs.bloom()
+            if bloom is not None:
+                self.stats.bloom_checks += 1
+                if bloom.seed not in hashes:
+                    hashes[bloom.seed] = bloom_hashes(qkeys, self.schema, bloom.seed)
+                maybe = bloom.may_contain(hashes[bloom.seed])
+                if not maybe.any():
+                    self.stats.bloom_skips += 1
+                    continue
+                if not maybe.all():
+                    q = np.nonzero(maybe)[0]
             if rs.index_needs_io():
                 self.stats.index_loads += 1
             index = rs.load_index()
             if probe is None:
                 probe = key_probe(qkeys, self.schema)
-            found_rows = index.latest(qkeys, probe)
+            if q is None:
+                found_rows = index.latest(qkeys, probe)
+                q = np.arange(len(need))
+            else:
+                found_rows = index.latest(qkeys.take(pa.array(q)), probe[q])
             found = found_rows >= 0
             ts = np.where(found, index.ts[np.maximum(found_rows, 0)], -1)
-            better = found & (ts > best_ts)
-            best_ts[better] = ts[better]
-            rs_of[need[better]] = j
-            rs_row[need[better]] = found_rows[better]
+            better = found & (ts > best_ts[q])
+            best_ts[q[better]] = ts[better]
+            rs_of[need[q[better]]] = j
+            rs_row[need[q[better]]] = found_rows[better]
         return rs_of, rs_row
 
     def _new_versions(self, rows: pa.RecordBatch, w: I64, has_old: Mask, pos: I64,

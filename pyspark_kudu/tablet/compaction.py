@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 
 from pyspark_kudu.fileio import FileIO
 from pyspark_kudu.schema import Schema
+from pyspark_kudu.tablet.bloom import DEFAULT_FP_RATE, BloomFilter, bloom_hashes, write_bloom
 from pyspark_kudu.tablet.keys import (
     END_COLUMN,
     LIVE,
@@ -37,7 +38,14 @@ from pyspark_kudu.tablet.keys import (
     is_exact_probe,
     key_probe,
 )
-from pyspark_kudu.tablet.rowset import DiskRowSet, RowSetMeta, rowset_file, write_parquet
+from pyspark_kudu.tablet.rowset import (
+    DiskRowSet,
+    RowSetMeta,
+    bloom_check,
+    bloom_file,
+    rowset_file,
+    write_parquet,
+)
 
 __all__ = ["ROWSET_ENCODINGS", "prepare_versions", "sort_versions", "write_rowset"]
 
@@ -74,8 +82,9 @@ def prepare_versions(schema: Schema, table: pa.Table, begin: I64, end: I64,
 
 
 def write_rowset(fileio: FileIO, rowset_id: int, table: pa.Table, schema: Schema,
-                 row_group_rows: int) -> DiskRowSet:
-    """Write a sorted ``(schema columns, ts, end)`` table as rowset ``rowset_id``."""
+                 row_group_rows: int, bloom_fp_rate: float = DEFAULT_FP_RATE) -> DiskRowSet:
+    """Write a sorted ``(schema columns, ts, end)`` table as rowset ``rowset_id``: its
+    Parquet file and its bloom filter."""
     n = table.num_rows
     table = table.append_column(pa.field(ROW_COLUMN, pa.int64(), nullable=False),
                                 pa.array(np.arange(n, dtype=np.int64)))
@@ -87,12 +96,18 @@ def write_rowset(fileio: FileIO, rowset_id: int, table: pa.Table, schema: Schema
     first = table.slice(0, 1).select(pk).to_pylist()[0]
     last = table.slice(n - 1, 1).select(pk).to_pylist()[0]
     ended = end[end != LIVE]
+    min_key = tuple(first[k] for k in pk)
+    bloom = BloomFilter.sized(n, bloom_fp_rate)
+    bloom.add(bloom_hashes(table, schema))
+    bloom_name = bloom_file(rowset_id)
+    write_bloom(fileio, bloom_name, bloom, bloom_check(schema, min_key, bloom.seed))
     meta = RowSetMeta(
         id=rowset_id, file=name, num_rows=n, size_bytes=size,
-        min_key=tuple(first[k] for k in pk), max_key=tuple(last[k] for k in pk),
+        min_key=min_key, max_key=tuple(last[k] for k in pk),
         min_ts=int(ts.min()), max_ts=int(ts.max()),
-        min_end=int(ended.min()) if len(ended) else None,
+        min_end=int(ended.min()) if len(ended) else None, bloom=bloom_name,
     )
     rowset = DiskRowSet(meta, fileio, schema)
     rowset.keep_index_source(table.select(pk), ts, end)
+    rowset.keep_bloom(bloom)
     return rowset

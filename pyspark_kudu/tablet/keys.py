@@ -46,7 +46,8 @@ ROW_COLUMN = RESERVED_PREFIX + "row"
 LIVE = int(np.iinfo(np.int64).max)
 """End timestamp of a version no later operation has replaced or deleted."""
 
-_INDEX_SEED = 0x6B756475  # any constant; the index never leaves the process
+_INDEX_SEED = 0x6B756475  # any constant; the index never leaves the process (bloom filters,
+# which are persisted, record their own seed: see .bloom)
 
 I64 = npt.NDArray[np.int64]
 U64 = npt.NDArray[np.uint64]
@@ -78,8 +79,10 @@ def python_keys(data: pa.Table | pa.RecordBatch, schema: Schema) -> list[Hashabl
     return list(zip(*lists, strict=True))
 
 
-def key_hash(data: pa.Table | pa.RecordBatch, schema: Schema) -> U64:
-    return hash_columns([_column(data, c) for c in schema.primary_key], _INDEX_SEED)
+def key_hash(data: pa.Table | pa.RecordBatch, schema: Schema, seed: int = _INDEX_SEED) -> U64:
+    """The deterministic 64-bit hash of each row's key (all key columns, the partitioner's
+    hash, so equal in every process for a given ``seed``)."""
+    return hash_columns([_column(data, c) for c in schema.primary_key], seed)
 
 
 def is_exact_probe(schema: Schema) -> bool:

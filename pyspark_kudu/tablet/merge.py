@@ -14,7 +14,10 @@ therefore holds at most its last key's versions plus one batch: the merge holds 
 between keys (all versions of a key stay in one file, key ranges do not overlap) at the
 same places a cut of the whole sorted output would take: the first key boundary at or after
 ``target_rows`` rows into each file. Files are written row group by row group
-(:class:`~pyspark_kudu.tablet.rowset.ParquetSink`).
+(:class:`~pyspark_kudu.tablet.rowset.ParquetSink`). Each file's bloom filter is filled as its
+rows go by, sized in advance for the rows the file can get (``target_rows``, or the rows the
+inputs hold if fewer) and folded down to the rows it got when the file is done
+(:mod:`.bloom`): it never needs the file's keys at once.
 
 Thread-safety: functions over their arguments; call under the tablet lock (they read the
 input rowsets' deltas).
@@ -34,6 +37,7 @@ import pyarrow.compute as pc
 
 from pyspark_kudu.fileio import FileIO
 from pyspark_kudu.schema import Schema
+from pyspark_kudu.tablet.bloom import DEFAULT_FP_RATE, BloomFilter, bloom_hashes, write_bloom
 from pyspark_kudu.tablet.compaction import ROWSET_ENCODINGS, sort_versions
 from pyspark_kudu.tablet.keys import (
     END_COLUMN,
@@ -47,6 +51,8 @@ from pyspark_kudu.tablet.rowset import (
     DiskRowSet,
     ParquetSink,
     RowSetMeta,
+    bloom_check,
+    bloom_file,
     physical_schema,
     rowset_file,
 )
@@ -197,7 +203,7 @@ class _Output:
     """One output rowset file being written, with the metadata gathered on the way."""
 
     def __init__(self, fileio: FileIO, rowset_id: int, schema: Schema,
-                 row_group_rows: int) -> None:
+                 row_group_rows: int, expected_rows: int, bloom_fp_rate: float) -> None:
         self._fileio = fileio
         self._schema = schema
         self._physical = physical_schema(schema)
@@ -210,6 +216,8 @@ class _Output:
         self._last: tuple[Any, ...] = ()
         self._ts = (int(LIVE), -1)
         self._min_end: int | None = None
+        self._fp_rate = bloom_fp_rate
+        self._bloom = BloomFilter.sized(expected_rows, bloom_fp_rate)
 
     def _key(self, piece: pa.Table, i: int) -> tuple[Any, ...]:
         pk = list(self._schema.primary_key)
@@ -228,6 +236,7 @@ class _Output:
         if len(ended):
             low = int(ended.min())
             self._min_end = low if self._min_end is None else min(self._min_end, low)
+        self._bloom.add(bloom_hashes(piece, self._schema))
         row = pa.array(np.arange(self.n, self.n + m, dtype=np.int64))
         names = self._physical.names[:-1]
         self._sink.write(pa.Table.from_arrays([*(piece.column(c) for c in names), row],
@@ -236,19 +245,30 @@ class _Output:
 
     def finish(self) -> DiskRowSet:
         size = self._sink.close()
+        self._bloom.shrink(self._fp_rate)
+        name = bloom_file(self.id)
+        write_bloom(self._fileio, name, self._bloom,
+                    bloom_check(self._schema, self._first, self._bloom.seed))
         meta = RowSetMeta(id=self.id, file=self.name, num_rows=self.n, size_bytes=size,
                           min_key=self._first, max_key=self._last, min_ts=self._ts[0],
-                          max_ts=self._ts[1], min_end=self._min_end)
-        return DiskRowSet(meta, self._fileio, self._schema)
+                          max_ts=self._ts[1], min_end=self._min_end, bloom=name)
+        rowset = DiskRowSet(meta, self._fileio, self._schema)
+        rowset.keep_bloom(self._bloom)
+        return rowset
 
     def abort(self) -> None:
         self._sink.abort()
 
 
 def write_merged(fileio: FileIO, first_id: int, chunks: Iterable[pa.Table], schema: Schema,
-                 row_group_rows: int, target_rows: int) -> list[DiskRowSet]:
+                 row_group_rows: int, target_rows: int,
+                 input_rows: int | None = None,
+                 bloom_fp_rate: float = DEFAULT_FP_RATE) -> list[DiskRowSet]:
     """Write the sorted ``chunks`` (each of complete keys) as rowsets ``first_id``, ... of
-    about ``target_rows`` rows each, cut between keys (module docstring)."""
+    about ``target_rows`` rows each, cut between keys (module docstring). ``input_rows``
+    (the rows the merged inputs hold, an upper bound of the output) sizes the bloom filters
+    of small outputs."""
+    expected = target_rows if input_rows is None else max(1, min(target_rows, input_rows))
     order = _Order(schema)
     outputs: list[DiskRowSet] = []
     out: _Output | None = None
@@ -257,7 +277,8 @@ def write_merged(fileio: FileIO, first_id: int, chunks: Iterable[pa.Table], sche
         for chunk in chunks:
             while chunk.num_rows:
                 if out is None:
-                    out = _Output(fileio, next_id, schema, row_group_rows)
+                    out = _Output(fileio, next_id, schema, row_group_rows, expected,
+                                  bloom_fp_rate)
                     next_id += 1
                 need = max(target_rows - out.n, 0)
                 cuts = order.boundaries(chunk)

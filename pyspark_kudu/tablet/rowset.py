@@ -7,6 +7,10 @@ delta-encoded so it costs almost nothing). Rows are sorted by primary key, then 
 Row groups carry min/max statistics, which scans use for row-group pruning; the superblock
 keeps each rowset's min/max key and ts range, which scans and writes use to skip whole files.
 
+Next to it, ``rowsets/<id>.bloom`` holds a bloom filter of the file's keys (:mod:`.bloom`),
+which the write path consults before loading the key index. Rowsets written before filters
+existed have none (``RowSetMeta.bloom`` is ``None``) and are never pruned that way.
+
 Later operations that end a version stored here are **deltas** ``(row, end)``. They are kept in
 memory and written at the next flush as ``rowsets/<id>.delta.<flush_index>.parquet``, listed
 under the rowset in the superblock (Kudu's REDO delta files, reduced to end timestamps).
@@ -19,6 +23,7 @@ lock; pin counts are guarded by the rowset's own lock.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -31,8 +36,10 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from pyspark_kudu.errors import CorruptionError
 from pyspark_kudu.fileio import FileIO
 from pyspark_kudu.schema import Schema, values_from_json, values_to_json
+from pyspark_kudu.tablet.bloom import BloomFilter, bloom_hashes, read_bloom
 from pyspark_kudu.tablet.keys import END_COLUMN, ROW_COLUMN, TS_COLUMN, KeyIndex
 
 __all__ = [
@@ -41,6 +48,8 @@ __all__ = [
     "ParquetSink",
     "RowSetMeta",
     "arrow_filesystem",
+    "bloom_check",
+    "bloom_file",
     "delta_file",
     "physical_schema",
     "read_delta_file",
@@ -48,6 +57,8 @@ __all__ = [
     "write_delta_file",
     "write_parquet",
 ]
+
+_log = logging.getLogger(__name__)
 
 I64 = npt.NDArray[np.int64]
 _DELTA_SCHEMA = pa.schema([pa.field("row", pa.int64(), nullable=False),
@@ -198,9 +209,12 @@ class RowSetMeta:
     max_ts: int
     min_end: int | None  # smallest non-LIVE end stored in the file; None if all were live
     deltas: tuple[DeltaFileMeta, ...] = field(default=())
+    bloom: str | None = None  # the bloom filter file; None for rowsets written without one
 
     def files(self) -> list[str]:
-        return [self.file] + [d.file for d in self.deltas]
+        """Every file of the rowset: what a copy carries and a retirement deletes."""
+        blooms = [] if self.bloom is None else [self.bloom]
+        return [self.file, *blooms] + [d.file for d in self.deltas]
 
     def to_dict(self, schema: Schema) -> dict[str, Any]:
         return {
@@ -209,6 +223,10 @@ class RowSetMeta:
             "max_key": _key_to_json(schema, self.max_key),
             "min_ts": self.min_ts, "max_ts": self.max_ts, "min_end": self.min_end,
             "deltas": [d.to_dict() for d in self.deltas],
+            # Absent rather than null without a filter: such a rowset's entry stays as old
+            # builds wrote it (and old builds ignore the field; they delete the file as an
+            # orphan on open, and then run without filters).
+            **({} if self.bloom is None else {"bloom": self.bloom}),
         }
 
     @classmethod
@@ -217,7 +235,8 @@ class RowSetMeta:
                    _key_from_json(schema, d["min_key"]), _key_from_json(schema, d["max_key"]),
                    int(d["min_ts"]), int(d["max_ts"]),
                    None if d.get("min_end") is None else int(d["min_end"]),
-                   tuple(DeltaFileMeta.from_dict(x) for x in d.get("deltas", ())))
+                   tuple(DeltaFileMeta.from_dict(x) for x in d.get("deltas", ())),
+                   None if d.get("bloom") is None else str(d["bloom"]))
 
 
 def _key_to_json(schema: Schema, key: tuple[Any, ...]) -> list[Any]:
@@ -229,8 +248,18 @@ def _key_from_json(schema: Schema, values: list[Any]) -> tuple[Any, ...]:
                  for c, v in zip(schema.key_columns, values, strict=True))
 
 
+def bloom_check(schema: Schema, key: tuple[Any, ...], seed: int) -> int:
+    """The ``check`` value of a rowset's bloom filter file: the filter's hash of ``key``, the
+    rowset's first key, taken as the superblock stores it (:mod:`.bloom`)."""
+    key = _key_from_json(schema, _key_to_json(schema, key))
+    table = pa.table({c.name: pa.array([v], type=c.type)
+                      for c, v in zip(schema.key_columns, key, strict=True)})
+    return int(bloom_hashes(table, schema, seed)[0])
+
+
 class DiskRowSet:
-    """Runtime state of one rowset: its metadata, deltas, lazy key index and scan pins."""
+    """Runtime state of one rowset: its metadata, deltas, lazy key index and bloom filter,
+    and scan pins."""
 
     def __init__(self, meta: RowSetMeta, fileio: FileIO, schema: Schema) -> None:
         self.meta = meta
@@ -242,6 +271,8 @@ class DiskRowSet:
         self._pending_ends: list[I64] = []
         self.index: KeyIndex | None = None
         self._index_source: tuple[pa.Table, I64, I64] | None = None
+        self._bloom: BloomFilter | None = None
+        self.bloom_error: str | None = None  # why the bloom file was refused, if it was
         self._fragment: ds.ParquetFileFragment | None = None
         self._pins = 0
         self._retired: Callable[[], None] | None = None
@@ -349,13 +380,15 @@ class DiskRowSet:
         return table.take(pa.array(local, type=pa.int64()))
 
     def memory_bytes(self) -> int:
-        """Memory of this rowset's loaded key index, or of the key columns kept to build it."""
+        """Memory of this rowset's loaded key index (or of the key columns kept to build it)
+        and of its bloom filter: what :meth:`drop_index` releases."""
+        size = 0 if self._bloom is None else self._bloom.nbytes
         if self.index is not None:
-            return self.index.nbytes()
+            return size + self.index.nbytes()
         if self._index_source is not None:
             keys, ts, end = self._index_source
-            return int(keys.nbytes + ts.nbytes + end.nbytes)
-        return 0
+            return size + int(keys.nbytes + ts.nbytes + end.nbytes)
+        return size
 
     def keep_index_source(self, keys: pa.Table, ts: I64, end: I64) -> None:
         """Remember the just-written key columns so the index is built without reading the file
@@ -363,12 +396,40 @@ class DiskRowSet:
         self._index_source = (keys, ts, end)
 
     def drop_index(self) -> int:
-        """(Under the tablet lock, between entries.) Forget the key index and any kept index
-        source; the next :meth:`load_index` reads the file. Returns the bytes released."""
+        """(Under the tablet lock, between entries.) Forget the key index, any kept index
+        source and the bloom filter; the next :meth:`load_index` and :meth:`bloom` read
+        their files. Returns the bytes released."""
         size = self.memory_bytes()
         self.index = None
         self._index_source = None
+        self._bloom = None
         return size
+
+    def keep_bloom(self, bloom: BloomFilter) -> None:
+        """Remember the bloom filter just written to :attr:`RowSetMeta.bloom`."""
+        self._bloom = bloom
+
+    def bloom(self) -> BloomFilter | None:
+        """(Under the tablet lock.) The rowset's bloom filter, read from its file on first use.
+
+        ``None`` when the rowset has none, or its file is damaged, missing or hashed
+        differently: that is logged once, and the write path then probes the key index,
+        which is exact (:attr:`bloom_error` says why)."""
+        if self._bloom is not None or self.meta.bloom is None or self.bloom_error is not None:
+            return self._bloom
+        try:
+            bloom, check = read_bloom(self._fileio, self.meta.bloom)
+            if check != bloom_check(self._schema, self.meta.min_key, bloom.seed):
+                raise CorruptionError(
+                    f"bloom filter {self._fileio.path(self.meta.bloom)} does not hash the"
+                    " rowset's first key as it was written (another hash function?)")
+        except (CorruptionError, OSError) as e:
+            self.bloom_error = str(e)
+            _log.warning("rowset %s of %s: its bloom filter is unusable (%s); writes probe"
+                         " its key index instead", self.meta.id, self._fileio.root, e)
+            return None
+        self._bloom = bloom
+        return bloom
 
     def index_needs_io(self) -> bool:
         return self.index is None and self._index_source is None
@@ -415,6 +476,10 @@ class DiskRowSet:
 
 def rowset_file(rowset_id: int) -> str:
     return f"rowsets/{rowset_id:08d}.parquet"
+
+
+def bloom_file(rowset_id: int) -> str:
+    return f"rowsets/{rowset_id:08d}.bloom"
 
 
 def delta_file(rowset_id: int, flush_index: int) -> str:

@@ -1,7 +1,8 @@
 """One tablet replica: applies committed entries, serves snapshot scans, flushes, compacts.
 
 Files under ``<root>/tablets/<tablet_id>/`` (DESIGN §5): ``superblock`` (see
-:mod:`.superblock`) and ``rowsets/*.parquet`` (see :mod:`.rowset`). The WAL (``wal/``) and the
+:mod:`.superblock`) and ``rowsets/*.parquet`` with their ``*.bloom`` filters (see
+:mod:`.rowset`, :mod:`.bloom`). The WAL (``wal/``) and the
 consensus metadata (``meta``) belong to the log and Raft layers; the tablet reads the log
 through :class:`~pyspark_kudu.tablet.committed_log.CommittedLog` only.
 
@@ -306,6 +307,8 @@ class Tablet:
             m.rows_applied += result.num_rows
             m.row_errors += len(result.errors)
             m.key_index_loads += stats.index_loads
+            m.bloom_checks += stats.bloom_checks
+            m.bloom_skips += stats.bloom_skips
             m.rows_fetched_for_update += stats.rows_fetched_for_update
         return result
 
@@ -337,7 +340,8 @@ class Tablet:
                                          sb.ancient_history_mark)
                 if table.num_rows:
                     new_rowset = write_rowset(self._dir, next_id, table, sb.schema,
-                                              self._options.row_group_rows)
+                                              self._options.row_group_rows,
+                                              self._options.bloom_fp_rate)
                     next_id += 1
                     crash_point("flush.after_rowset")
             deltas: list[tuple[DiskRowSet, DeltaFileMeta]] = []
@@ -399,7 +403,9 @@ class Tablet:
                 o = self._options
                 chunks = merge_rowsets(sb.schema, inputs, mark, o.compaction_batch_rows)
                 outputs = write_merged(self._dir, sb.next_rowset_id, chunks, sb.schema,
-                                       o.row_group_rows, o.compaction_target_rows)
+                                       o.row_group_rows, o.compaction_target_rows,
+                                       sum(rs.meta.num_rows for rs in inputs),
+                                       o.bloom_fp_rate)
                 next_id = sb.next_rowset_id + len(outputs)
                 crash_point("compact.after_outputs")
                 self._dir.fsync_dir("rowsets")
@@ -578,8 +584,9 @@ class Tablet:
             rs.unpin()
 
     def memory_bytes(self) -> tuple[int, int]:
-        """Estimated memory this open replica holds: (its MemRowSet, its loaded key indexes
-        and kept index sources). Flushing frees the first; closing the tablet both.
+        """Estimated memory this open replica holds: (its MemRowSet, its loaded key indexes,
+        kept index sources and bloom filters). Flushing frees the first; closing the tablet
+        both.
 
         Read without the tablet lock (a compaction may hold it for seconds): an estimate of
         a moment, never blocking."""

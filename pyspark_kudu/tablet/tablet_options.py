@@ -22,6 +22,13 @@ class TabletOptions:
     #: Rows a compaction reads from each input at a time: its memory is about
     #: ``2 * inputs * compaction_batch_rows`` rows (:mod:`.merge`), whatever the rowsets' sizes.
     compaction_batch_rows: int = 65_536
+    #: False-positive rate of the bloom filter written with each rowset (:mod:`.bloom`). A
+    #: write batch loads a rowset's key index when the filter admits *any* of its keys, so
+    #: with ``B`` fresh keys per batch about ``B * bloom_fp_rate`` of them pass each filter:
+    #: keep the rate well below ``1 / B`` for the filters to spare the indexes (each halving
+    #: costs about 1.44 bits per row). The default suits batches of up to 65,536 rows (the
+    #: writer's largest): about 29 bits per row, against 24-40 bytes per row for a key index.
+    bloom_fp_rate: float = 1e-6
 
 
 @dataclass
@@ -35,6 +42,8 @@ class TabletMetrics:
     compactions: int = 0
     rowset_files_opened: int = 0  # rowset data files opened by scans
     key_index_loads: int = 0  # rowset key indexes built by reading a file (write path)
+    bloom_checks: int = 0  # rowsets whose bloom filter a write batch consulted
+    bloom_skips: int = 0  # ... and whose key index it then did not need (no key may be there)
     rows_fetched_for_update: int = 0  # old rows read to complete partial UPDATE/UPSERT rows
     delta_files_read: int = 0
 

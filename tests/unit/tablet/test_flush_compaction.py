@@ -121,7 +121,8 @@ def test_compaction_resolves_deltas_into_the_output(tablet: Tablet) -> None:
     tablet.compact(history_retention_index=tablet.applied_index)
     (meta,) = tablet.rowsets
     assert meta.deltas == () and meta.num_rows == 15
-    assert tablet.directory.listdir("rowsets") == [meta.file.split("/")[1]]
+    assert meta.bloom is not None
+    assert tablet.directory.listdir("rowsets") == sorted(f.split("/")[1] for f in meta.files())
 
 
 def test_lifecycle_transitions_come_from_one_table() -> None:
