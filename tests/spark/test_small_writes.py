@@ -4,15 +4,30 @@ over it is staged and shuffled. Both land exactly and report per-row errors exac
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import datetime as dt
+import decimal
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
-from pyspark_kudu.errors import RowWriteError
+from pyspark_kudu.errors import InvalidArgumentError, RowWriteError
 from pyspark_kudu.partitioning import HashDimension, Partitioner, PartitionSchema
 from pyspark_kudu.spark.api.context import KuduContext
 from pyspark_kudu.spark.host.dataplane import InlineBatch, stage_batches
@@ -123,3 +138,97 @@ def test_a_small_write_of_large_batches_is_carried_whole(
     back = kudu.read_table("big")
     assert back.count() == 3000
     assert back.where("length(v) = 4000").count() == 3000
+
+
+TYPED = StructType([
+    StructField("k", StringType(), False), StructField("ts", TimestampType(), False),
+    StructField("id", LongType(), False), StructField("amount", DecimalType(12, 3), True),
+    StructField("day", DateType(), True), StructField("blob", BinaryType(), True),
+    StructField("flag", BooleanType(), True), StructField("x", DoubleType(), True)])
+
+
+def _typed_rows(n: int) -> pa.Table:
+    base = dt.datetime(2026, 3, 29, 0, 30, tzinfo=dt.timezone.utc)  # a DST change in Europe
+    return pa.table({
+        "k": [f"key-{i % 3}" for i in range(n)],
+        "ts": pa.array([base + dt.timedelta(minutes=37 * i) for i in range(n)],
+                       pa.timestamp("us", tz="UTC")),
+        "id": pa.array(range(n), pa.int64()),
+        "amount": pa.array([None if i % 4 == 0 else decimal.Decimal(i) / 8 for i in range(n)],
+                           pa.decimal128(12, 3)),
+        "day": pa.array([None if i % 5 == 0 else dt.date(2026, 1, 1) + dt.timedelta(days=i)
+                         for i in range(n)], pa.date32()),
+        "blob": pa.array([None if i % 3 == 0 else bytes([i % 256]) * (i % 7) for i in range(n)],
+                         pa.binary()),
+        "flag": pa.array([None if i % 6 == 0 else i % 2 == 0 for i in range(n)]),
+        "x": pa.array([None if i % 7 == 0 else i * 0.25 for i in range(n)], pa.float64())})
+
+
+def _caller_jobs(spark: SparkSession, write: Callable[[], object]) -> int:
+    """Spark jobs the calling thread ran for ``write`` outside the replication rounds (which
+    run in job groups of their own): the staging job, if any."""
+    sc = spark.sparkContext
+    group = f"caller-{uuid.uuid4().hex}"
+    sc.setJobGroup(group, "a write under test")
+    try:
+        write()
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+        sc.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
+    return len(sc.statusTracker().getJobIdsForGroup(group))
+
+
+def test_a_small_write_of_a_local_dataframe_runs_no_staging_job_and_lands_exactly(
+        spark: SparkSession, kudu: KuduContext) -> None:
+    """A DataFrame made from an Arrow table (or pandas) is a LocalRelation: the driver encodes
+    its rows and one round carries them. A Python list's DataFrame is an RDD: staging job."""
+    kudu.create_table("typed", TYPED, keys=["k", "ts", "id"],
+                      partitioning=PartitionSchema((HashDimension(("k", "id"), 3),)))
+    rows = _typed_rows(200)
+    local = spark.createDataFrame(rows.slice(0, 100))
+    assert _caller_jobs(spark, lambda: kudu.upsert_rows(local, "typed")) == 0
+    from_list = spark.createDataFrame(rows.slice(100).to_pylist(), TYPED)
+    assert _caller_jobs(spark, lambda: kudu.upsert_rows(from_list, "typed")) >= 1, \
+        "the control write (an RDD-backed DataFrame) should have run its staging job"
+    back = kudu.read_table("typed").select(*TYPED.fieldNames())
+    want = spark.createDataFrame(rows.to_pylist(), TYPED)
+    assert_df_equality(back.orderBy("id"), want.orderBy("id"), ignore_nullable=True,
+                       ignore_metadata=True)
+    # The instants, not only the wall-clock values, survived the driver-side encoding.
+    got_ts = {r["id"]: r["ts"] for r in kudu.read_table("typed").toArrow().to_pylist()}
+    assert got_ts == dict(zip(rows.column("id").to_pylist(), rows.column("ts").to_pylist(),
+                                  strict=True))
+
+
+def test_a_local_dataframe_over_the_threshold_is_staged_by_a_job(
+        spark: SparkSession, kudu: KuduContext) -> None:
+    kudu.create_table("lt", STRUCT, keys=["id"], partitioning=HASHED)
+    local = spark.createDataFrame(pa.table({
+        "id": pa.array(range(2000), pa.int64()),
+        "v": [f"value-{i:06d}" for i in range(2000)]}))
+    size = _inline_bytes(kudu, "lt", local, OpType.UPSERT)
+    assert _caller_jobs(spark, lambda: kudu.write(local, "lt", "upsert",
+                                                  small_write_bytes=size - 1)) >= 1
+    assert _caller_jobs(spark, lambda: kudu.write(local, "lt", "upsert",
+                                                  small_write_bytes=size)) == 0
+    assert_df_equality(kudu.read_table("lt").orderBy("id"), local.orderBy("id"),
+                       ignore_nullable=True, ignore_metadata=True)
+
+
+def test_a_local_dataframe_gets_exact_per_row_errors_and_bad_input_writes_nothing(
+        spark: SparkSession, kudu: KuduContext) -> None:
+    kudu.create_table("le", STRUCT, keys=["id"], partitioning=HASHED)
+    kudu.insert_rows(_df(spark, range(0, 130, 10)), "le")
+    dup = spark.createDataFrame(pa.table({"id": pa.array(range(95, 130), pa.int64()),
+                                          "v": [f"n{i}" for i in range(95, 130)]}))
+    with pytest.raises(RowWriteError, match="AlreadyPresent") as info:
+        kudu.insert_rows(dup, "le")
+    assert info.value.rows_written == 35 - 3
+    assert sorted((r["id"], s) for _, r, s, _ in info.value.errors) == [
+        (100, "AlreadyPresent"), (110, "AlreadyPresent"), (120, "AlreadyPresent")]
+    before = sorted(tuple(r) for r in kudu.read_table("le").collect())
+    bad = spark.createDataFrame(pa.table({"id": pa.array([1, None], pa.int64()),
+                                          "v": ["a", "b"]}))
+    with pytest.raises(InvalidArgumentError, match=r"table le: .*id"):
+        kudu.upsert_rows(bad, "le")
+    assert sorted(tuple(r) for r in kudu.read_table("le").collect()) == before

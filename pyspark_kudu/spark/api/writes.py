@@ -36,10 +36,13 @@ from pyspark_kudu.errors import (
 from pyspark_kudu.master.client import MasterClient, TableLocations
 from pyspark_kudu.master.records import TabletReport
 from pyspark_kudu.partitioning import Partitioner, PartitionSchema
+from pyspark_kudu.schema import Schema
+from pyspark_kudu.spark.api.local_input import local_batches
 from pyspark_kudu.spark.api.ride_through import MAY_FAIL_PER_ROW, Restager, RideThrough
 from pyspark_kudu.spark.api.source_options import OPERATIONS, check_write_columns
 from pyspark_kudu.spark.host.dataplane import (
     SMALL_WRITE_BYTES,
+    InlineOverflowError,
     Staged,
     StagedRef,
     StagingJanitor,
@@ -62,6 +65,7 @@ from pyspark_kudu.spark.replication.write_service import (
     WriteProgress,
     WriteSummary,
 )
+from pyspark_kudu.tablet import OpType
 
 __all__ = ["WritePath"]
 
@@ -69,6 +73,7 @@ _log = logging.getLogger(__name__)
 
 _MAX_BATCH_ROWS = 65536
 _SMALL_WRITE_TOTAL = 64 << 20  # bytes a small write may carry through the driver, in all
+_LOCAL_PLAN_FACTOR = 8  # a local relation is read in the driver up to this x the threshold
 
 
 _FORWARD_GRACE_S = 15.0  # past the lease: how long a forward that found no leader re-routes
@@ -242,6 +247,50 @@ class WritePath(RideThrough):
 
             df = repartition_by_tablet(df, partitioner,
                                        schema.primary_key if repartition_sort else ())
+        staged = None if repartition or not small_write_bytes else self._encode_local(
+            df, table, schema, partitioner, op, write_id, batch_rows, small_write_bytes)
+        restager = None
+        if staged is None:
+            staging, staged = self._staging_job(df, table, schema, partitioner, op, write_id,
+                                                staging_root, batch_rows, small_write_bytes)
+            restager = None if repartition else _Restager(staging)
+        refs = [decode_staged(bytes(r["ref"])) for r in staged if r["ref"] is not None]
+        bad = [str(r["bad_row"]) for r in staged if r["bad_row"] is not None]
+        try:
+            return self.commit_staged(
+                table, [r for r in refs if r is not None], bad, progress=progress,
+                locations=locs, restage=restager)
+        finally:
+            if any(isinstance(r, StagedRef) for r in refs):
+                self.discard_staged(write_id)  # an all-inline write staged no file
+
+    def _encode_local(self, df: DataFrame, table: str, schema: Schema,
+                      partitioner: Partitioner, op: OpType, write_id: str, batch_rows: int,
+                      small_write_bytes: int) -> list[Any] | None:
+        """The staging rows of a small write of a local DataFrame, encoded in the driver
+        (:mod:`~pyspark_kudu.spark.api.local_input`: no Spark job), or ``None`` when ``df``
+        is not local or its batches outgrow ``small_write_bytes`` (the staging job then
+        encodes it)."""
+        # Spark's size estimate of the relation is not the encoded size: read rows from a
+        # relation up to a few times the threshold, and let the encoded batches decide.
+        batches = local_batches(df, _LOCAL_PLAN_FACTOR * small_write_bytes)
+        if batches is None:
+            return None
+        encode = stage_batches(schema, partitioner, op, write_id, None, batch_rows,
+                               small_write_bytes, files=False)
+        try:
+            return [row for out in encode(iter(batches)) for row in out.to_pylist()]
+        except InlineOverflowError:
+            return None
+        except InvalidArgumentError as e:
+            raise InvalidArgumentError(f"table {table}: {e}") from None
+
+    def _staging_job(self, df: DataFrame, table: str, schema: Schema,
+                     partitioner: Partitioner, op: OpType, write_id: str,
+                     staging_root: str | None, batch_rows: int, small_write_bytes: int
+                     ) -> tuple[DataFrame, list[Any]]:
+        """Route, encode and stage ``df``'s rows where they are (the module's step 1);
+        returns the staging DataFrame (its lineage restages lost batches) and its rows."""
         if small_write_bytes:  # the driver carries at most _SMALL_WRITE_TOTAL inline
             tasks = max(1, df._jdf.rdd().getNumPartitions())
             small_write_bytes = min(small_write_bytes, _SMALL_WRITE_TOTAL // tasks)
@@ -249,7 +298,7 @@ class WritePath(RideThrough):
             stage_batches(schema, partitioner, op, write_id, staging_root, batch_rows,
                           small_write_bytes), staging_schema())
         try:
-            staged = staging.collect()
+            return staging, staging.collect()
         except Exception as e:  # the staging job failed: nothing was proposed
             self._janitor.remove(write_id)
             cause = root_cause(str(e))
@@ -257,15 +306,6 @@ class WritePath(RideThrough):
                 raise InvalidArgumentError(
                     f"table {table}: {cause.removeprefix('InvalidArgumentError: ')}") from None
             raise
-        refs = [decode_staged(bytes(r["ref"])) for r in staged if r["ref"] is not None]
-        bad = [str(r["bad_row"]) for r in staged if r["bad_row"] is not None]
-        try:
-            return self.commit_staged(
-                table, [r for r in refs if r is not None], bad, progress=progress,
-                locations=locs, restage=None if repartition else _Restager(staging))
-        finally:
-            if any(isinstance(r, StagedRef) for r in refs):
-                self.discard_staged(write_id)  # an all-inline write staged no file
 
     def discard_staged(self, write_id: str) -> None:
         """Remove a write's staged batches on every host (in the background)."""

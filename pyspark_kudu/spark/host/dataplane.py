@@ -68,6 +68,7 @@ __all__ = [
     "SMALL_WRITE_BYTES",
     "STAGING_DIR",
     "InlineBatch",
+    "InlineOverflowError",
     "Staged",
     "StagedRef",
     "StagingJanitor",
@@ -181,8 +182,14 @@ def staging_schema() -> str:
     return "ref binary, bad_row string"
 
 
+class InlineOverflowError(Exception):
+    """Raised by :func:`stage_batches` with ``files=False`` when the batches outgrow
+    ``small_write_bytes``: the caller stages the write with a Spark job instead."""
+
+
 def stage_batches(schema: Schema, partitioner: Partitioner, op: OpType, write_id: str,
-                  root: str | None, max_rows: int, small_write_bytes: int = 0
+                  root: str | None, max_rows: int, small_write_bytes: int = 0, *,
+                  files: bool = True
                   ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function of the staging job (see module docstring, step 1).
 
@@ -196,6 +203,9 @@ def stage_batches(schema: Schema, partitioner: Partitioner, op: OpType, write_id
     Encoding validates the rows (types, nulls, key columns) and raises
     :class:`InvalidArgumentError` naming the problem, which fails the job before anything
     is proposed.
+
+    ``files=False`` (the driver encoding a local DataFrame's rows, outside any task): never
+    writes a file; :class:`InlineOverflowError` once the batches pass ``small_write_bytes``.
     """
     out_schema = pa.schema([pa.field("ref", pa.binary()), pa.field("bad_row", pa.string())])
 
@@ -204,7 +214,7 @@ def stage_batches(schema: Schema, partitioner: Partitioner, op: OpType, write_id
             [pa.array([ref], pa.binary()), pa.array([None], pa.string())], schema=out_schema)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        data_root = local_data_root(root)
+        data_root = local_data_root(root) if files else ""
         host = current_host()
         task = TaskContext.get()
         # Files are named after the input partition, so a write can stage that partition
@@ -232,6 +242,9 @@ def stage_batches(schema: Schema, partitioner: Partitioner, op: OpType, write_id
                 held.append(b)
                 held_bytes += len(b.data)
                 return
+            if not files:
+                raise InlineOverflowError(
+                    f"{held_bytes + len(b.data)} bytes of batches, more than {small_write_bytes}")
             if inline:  # too large for the small-write path after all
                 inline = False
                 for h in held:
