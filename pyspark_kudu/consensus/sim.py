@@ -13,6 +13,11 @@ which imports this module; this module never imports it.
   no faults configured it is a lossless FIFO network; the scenario tests drive it by hand.
   ``rng`` draws every random choice (message drop, duplication, delay and reordering, split
   ``Ready`` handling), so a seed is a complete, replayable history.
+- ``lazy_commit``: how the tablet leader's driver acknowledges a Ready that only announces a
+  higher commit index (``TabletLeader.apply_ahead``): the leader's node advances at once
+  (it applies the committed configuration changes and may propose the next one), while the
+  host persists that commit index, applies the entries and sends the messages only ahead of
+  its next Ready (``Host.carried``; a crash loses them).
 
 No sockets, threads, clocks or files: time is the tick counter ``Cluster.now``.
 Thread-safety: not thread-safe; a cluster belongs to one test.
@@ -28,6 +33,7 @@ from typing import Any
 
 from pyspark_kudu.consensus.messages import (
     ConfChange,
+    ConfState,
     Entry,
     EntryType,
     HardState,
@@ -65,6 +71,9 @@ class Host:
     generation: int = 0
     starts: int = 0
     retired: bool = False  # shut down because the committed configuration dropped it
+    # A commit-only Ready the node was advanced past (lazy_commit) and the configuration it
+    # produced; persisted, applied and sent ahead of the next Ready.
+    carried: tuple[Ready, ConfState] | None = None
 
     @property
     def alive(self) -> bool:
@@ -140,6 +149,7 @@ class Cluster:
         self.now = 0
         self.auto_ready = 1.0
         self.split_ready = 0.0
+        self.lazy_commit = 0.0  # probability a leader's commit-only Ready is carried
         self.report_unreachable = False
         self.filters: list[Callable[[Message], bool]] = []  # return False to drop a message
         self.record: list[Message] | None = None  # set to a list to record every sent message
@@ -193,6 +203,7 @@ class Cluster:
         h = self.hosts[nid]
         h.raft = None
         h.pending = None
+        h.carried = None
         h.incarnation += 1
         self.stats["crashes"] += 1
         self._note(f"crash {nid}")
@@ -330,9 +341,21 @@ class Cluster:
             return True
         if not node.has_ready():
             return False
+        if h.carried is not None:
+            self.flush_carried(nid)  # the driver's next round leads with them
+            return True
         was_leader, term = node.role == Role.LEADER, node.term
         rd = node.ready()
         st, ck = h.storage, self.checker
+        if (was_leader and self.lazy_commit and rd.committed_entries and not rd.entries
+                and rd.snapshot is None and all(m.type != _MT.SNAP for m in rd.messages)
+                and self.rng.random() < self.lazy_commit):
+            node.advance(rd)
+            h.carried = (rd, node.conf_state)
+            self.stats["carried_commits"] += 1
+            self._note(f"{nid} applies ahead to {rd.committed_entries[-1].index}")
+            self.check()
+            return True
         if rd.snapshot is not None:
             ck.before_restore(nid, rd.snapshot, list(self._snapshot_data(nid, rd.snapshot)))
             st.apply_snapshot(rd.snapshot)
@@ -354,6 +377,24 @@ class Cluster:
             self._apply_ready(h, node, rd)
         self.check()
         return True
+
+    def flush_carried(self, nid: str) -> None:
+        """Persist, apply and send what a lazily acknowledged Ready left (see module docs)."""
+        h = self.hosts[nid]
+        if h.carried is None:
+            return
+        (rd, conf), h.carried = h.carried, None
+        if rd.hard_state is not None:
+            h.storage.set_hard_state(rd.hard_state)
+        self.checker.persisted(nid, h.storage, rd.hard_state)
+        self._changed.add(nid)
+        for e in rd.committed_entries:
+            self.checker.applied(nid, e)
+            h.sm.append(e)
+        if conf != h.storage.initial_state()[1]:
+            h.storage.set_conf_state(conf)
+        self.check()
+        self._send(h, rd.messages)  # last: a lost message may re-enter handle_ready
 
     def _apply_ready(self, h: Host, node: RaftNode, rd: Ready) -> None:
         h.pending = None

@@ -20,6 +20,11 @@ the core's internals, so it holds for any correct implementation of the ``Ready`
   holder. (A strict majority of ``V`` is not an invariant: right after ``V`` grew from 3 to
   4 voters, an entry committed on 2 of the old 3 is on 2 of 4.)
 - At the end of a run, every member's configuration is the one its applied log produces.
+- **One change at a time** (thesis §4.1, with configurations taking effect when applied):
+  a replica's persisted log holds at most one configuration change above its persisted
+  commit index, so its configuration is at most one change behind its log's. A leader
+  that proposed a change before recording the previous one as committed (e.g. the tablet
+  driver persisting a carried commit index after the next entries) breaks it.
 - Persisted hard state is sane: terms never decrease, one vote per term, commit monotonic and
   within the persisted log; a replica never overwrites its own committed entries.
 
@@ -185,8 +190,18 @@ class SafetyChecker:
 
     def persisted(self, node: str, storage: MemoryStorage, hs: HardState | None) -> None:
         """``storage`` now holds a ``Ready``'s snapshot, entries and hard state."""
-        if hs is None:
-            return
+        if hs is not None:
+            self._persisted_hard_state(node, storage, hs)
+        commit = max(self._hard.get(node, HardState()).commit, storage.first_index() - 1)
+        if storage.last_index() > commit:
+            tail = storage.entries(commit + 1, storage.last_index() + 1)
+            changes = [e.index for e in tail if e.type == EntryType.CONF_CHANGE]
+            if len(changes) > 1:
+                raise InvariantViolation(
+                    f"one change at a time (§4.1): {node} persisted configuration changes "
+                    f"{changes} above its commit index {commit}")
+
+    def _persisted_hard_state(self, node: str, storage: MemoryStorage, hs: HardState) -> None:
         old = self._hard.get(node, HardState())
         problem = ""
         if hs.term < old.term:

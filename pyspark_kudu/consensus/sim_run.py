@@ -33,7 +33,7 @@ import random
 import sys
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pyspark_kudu.consensus.messages import ConfChange, ConfChangeType
 from pyspark_kudu.consensus.sim import Cluster, Host, NodeOptions, SimulationFailure
@@ -204,7 +204,9 @@ def check_liveness(c: Cluster, token: bytes, election_timeouts: int = 60) -> Non
     c.net.max_delay = 0
     for f in c.net.flights:
         f.due = min(f.due, c.now)
-    c.auto_ready, c.split_ready = 1.0, 0.0
+    c.auto_ready, c.split_ready, c.lazy_commit = 1.0, 0.0, 0.0
+    for h in c.live():
+        c.flush_carried(h.id)
     c._note("settle")
     election = c.options.election_tick
     proposed_at = -10**9
@@ -252,6 +254,8 @@ class Knobs:
     split_ready: float
     membership: bool
     compaction: bool
+    # Drawn apart (see simulate) so that seeds without it replay the histories they had.
+    lazy_commit: float = 0.0
 
     @classmethod
     def draw(cls, rng: random.Random) -> Knobs:
@@ -297,12 +301,15 @@ def simulate(seed: int, nodes: int = 3, steps: int = 3000, trace: int = 60) -> S
     """
     rng = random.Random(f"raft-sim/{seed}/{nodes}")
     knobs = Knobs.draw(rng)
+    knobs = replace(knobs, lazy_commit=random.Random(f"raft-sim-lazy/{seed}/{nodes}").choice(
+        [0.0, 0.0, 0.5, 1.0]))
     c: Cluster | None = None
     try:
         c = Cluster([f"n{i}" for i in range(1, nodes + 1)], rng=rng, options=knobs.options,
                     spares=[f"n{i}" for i in range(nodes + 1, nodes + 3)])
         c.net.drop_rate, c.net.dup_rate, c.net.max_delay = knobs.drop, knobs.dup, knobs.delay
         c.auto_ready, c.split_ready = knobs.auto_ready, knobs.split_ready
+        c.lazy_commit = knobs.lazy_commit
         c.report_unreachable = True
         c.trace = deque(maxlen=trace)
         RandomSchedule(c, rng, nodes, knobs.membership, knobs.compaction).run(steps)

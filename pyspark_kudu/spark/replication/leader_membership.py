@@ -79,6 +79,8 @@ class LeaderMembership:
 
         def release(self, upto: int) -> None: ...
 
+        def apply_ahead(self) -> bool: ...
+
     def _catch_up(self, follower: str) -> None:
         """Bring a lagging follower up to the driver's log mirror: entries copied from the
         leader replica's log, or a tablet copy when it has nothing yet or L's WAL no longer
@@ -140,8 +142,9 @@ class LeaderMembership:
         return self._leader().conf_state
 
     def change_config(self, cc: ConfChange) -> int:
-        """Propose one membership change and run rounds until it is committed and applied
-        (the next change may only be proposed then). Returns the change's log index."""
+        """Propose one membership change and run rounds until it is committed, then apply
+        it in the driver (the next change may be proposed from then on; replicas learn the
+        commit with the next round). Returns the change's log index."""
         index = self._propose_change(cc)
         self._wait_applied(index, cc)
         return index
@@ -150,18 +153,23 @@ class LeaderMembership:
         """Add ``ts`` as a NON_VOTER, copy the tablet to it, and (``promote``) make it a
         voter once its log matches the commit index. Idempotent: resumes a half-done add.
 
-        A fresh add takes five rounds when nothing fails, each one stage for every tablet
+        A fresh add takes three rounds when nothing fails, each one stage for every tablet
         sharing it (:func:`run_round`): (1) the ADD_LEARNER entry, with WIPE + CREATE of the
-        new replica in the same task; (2) its commit, with ``COPY_OUT`` on L's host after L
-        applied it; (3) ``INSTALL_COPY`` on the new replica's host, ahead of the leader's
-        first AppendEntries to it in the same task, which the installed copy then matches --
-        a served copy is fetched there from L's resident tablet server (no shuffle, one
-        round whatever its size), shuffled parts arrive by the round's shuffle (several
-        rounds of ``_COPY_PARTS_PER_ROUND`` parts for a large copy); (4, 5) the ADD_VOTER
-        entry and its commit, with ``DROP_COPY``. Anything out of the ordinary (a failed
-        task, a consensus-only replica, a lagging replica) falls back to the general
-        catch-up (``_catch_up``); a served copy that failed to install makes this leader's
-        later copies go by shuffle (:attr:`copy_by_shuffle`)."""
+        new replica and ``COPY_OUT`` on L's host after L's PERSIST, i.e. a copy at L's
+        applied index, just before the entry (a committed prefix: a valid Raft snapshot);
+        the entry's commit is then applied in the driver without a round of its own
+        (:meth:`apply_ahead`); (2) ``INSTALL_COPY`` on the new replica's host, followed in
+        the same task by a *bridge* AppendEntries carrying the ADD_LEARNER entry and by the
+        leader's first AppendEntries to it, which then match -- a served copy is fetched
+        there from L's resident tablet server (no shuffle, one round whatever its size),
+        shuffled parts arrive by the round's shuffle (several rounds of
+        ``_COPY_PARTS_PER_ROUND`` parts for a large copy); (3) the ADD_VOTER entry, with
+        ``DROP_COPY``, its commit applied in the driver at once. A replacement's
+        ``remove_replica`` then takes one round (4 in all, was 7); the last commit notice
+        leads the next round. Anything out of the ordinary (a failed task, a
+        consensus-only replica, a lagging replica, a copy older than the entry) falls back
+        to the general catch-up (``_catch_up``); a served copy that failed to install makes
+        this leader's later copies go by shuffle (:attr:`copy_by_shuffle`)."""
         node = self._leader()
         cs = node.conf_state
         if ts in cs.voters:
@@ -172,20 +180,27 @@ class LeaderMembership:
             index = self._propose_change(ConfChange(ConfChangeType.ADD_LEARNER, ts))
             fresh = [PeerRequest(RequestKind.WIPE, self.tablet.tablet_id, ts),
                      PeerRequest(RequestKind.CREATE, self.tablet.tablet_id, ts)]
-            if not _all_ok(self._round_with({ts: fresh}, front=True).get(ts)):
+            # The copy is taken in the same round, after L persisted the ADD_LEARNER entry
+            # and the commit index the driver knows, i.e. at L's applied index, before the
+            # entry: a committed prefix, so a valid Raft snapshot (Raft §7; the simulator
+            # installs such snapshots). The new replica then gets the entry itself by
+            # AppendEntries (the bridge below).
+            copy_id = uuid.uuid4().hex
+            out = self._round_with({ts: fresh,
+                                    self.leader_id: [self._copy_out_request(copy_id)]})
+            if not _all_ok(out.get(ts)):
                 # The change may commit without the new replica (it is no voter); it then
                 # catches up like any follower once it exists.
                 self._run_many(ts, fresh)
-            copy_id = uuid.uuid4().hex
-            out = self._round_with({self.leader_id: [self._copy_out_request(copy_id)]})
             self._wait_applied(index, ConfChange(ConfChangeType.ADD_LEARNER, ts))
+            added = node.log.slice(index, index + 1)
             # The mirror may still hold the last writes' entries as staged-batch refs whose
             # files are being removed: release them (they are applied), so the new replica
             # gets everything from L (the copy, or L's log), never a dead ref.
             self.release(node.commit_index)
             copied = _first(out.get(self.leader_id))
             if copied is not None and copied.ok:
-                self._install_fresh(ts, copy_id, copied)
+                self._install_fresh(ts, copy_id, copied, added)
             elif copied is not None:
                 self.last_catch_up_error = f"{ts}: no tablet copy ({copied.error})"
         else:
@@ -207,19 +222,31 @@ class LeaderMembership:
         if promote:
             self.change_config(ConfChange(ConfChangeType.ADD_VOTER, ts))
 
-    def _install_fresh(self, ts: str, copy_id: str, copied: PeerResponse) -> None:
+    def _install_fresh(self, ts: str, copy_id: str, copied: PeerResponse,
+                       added: Sequence[Entry]) -> None:
         """Install L's copy ``copy_id`` on the new replica ``ts``: the last parts in the same
-        task as the leader's next messages to it (its first AppendEntries, which the copy
-        then matches). The staged parts are dropped with the next round on L's host."""
+        task as the leader's next messages to it (its first AppendEntries), preceded by a
+        *bridge*: an AppendEntries from the copy's index carrying ``added`` (the ADD_LEARNER
+        entry, right after the copy), so the leader's first AppendEntries, which starts
+        after that entry, matches. The bridge is only sent when the copy ends right before
+        the entry: entries in between may be write batches the driver only holds as refs
+        (then the new replica gets them the general way). The staged parts are dropped with
+        the next round on L's host."""
         assert copied.state is not None
+        node = self._leader()
         snap = SnapshotMetadata(copied.last_index, copied.prev_term, copied.state.conf_state)
         parts = copied.entries
         last = max(0, (len(parts) - 1) // _COPY_PARTS_PER_ROUND * _COPY_PARTS_PER_ROUND)
+        reqs = [self._install_request(ts, copy_id, parts, last, snap)]
+        if added and added[0].index == snap.index + 1:
+            reqs.append(PeerRequest(RequestKind.STEP, self.tablet.tablet_id, ts, messages=(
+                Message(MessageType.APP, to=ts, frm=self.leader_id, term=node.term,
+                        index=snap.index, log_term=snap.term, entries=tuple(added),
+                        commit=node.commit_index),)))
         try:
             for k in range(0, last, _COPY_PARTS_PER_ROUND):  # bounded memory per round
                 self._run_one(ts, self._install_request(ts, copy_id, parts, k, snap))
-            out = self._round_with(
-                {ts: [self._install_request(ts, copy_id, parts, last, snap)]}, front=True)
+            out = self._round_with({ts: reqs}, front=True)
             resp = _first(out.get(ts))
             if resp is None or not resp.installed:
                 self.last_catch_up_error = (
@@ -263,16 +290,21 @@ class LeaderMembership:
         return node.log.last_index()
 
     def _wait_applied(self, index: int, cc: ConfChange) -> None:
+        """Run rounds, one at a time, until the change at ``index`` is committed, then apply
+        it in the driver at once (``apply_ahead``): the round that would only announce the
+        commit to the replicas is not waited for; it leads the next round."""
         node = self._leader()
         for attempt in range(MAX_ROUNDS + 1):
+            if node.log.applied < index <= node.commit_index:
+                self.apply_ahead()
             if node.log.applied >= index:
                 self.config_index = index
                 return
             if attempt == MAX_ROUNDS:
                 break
-            if attempt:
+            if not node.has_ready():
                 node.broadcast_heartbeat()  # nothing in flight: make followers answer
-            self.flush()
+            self._round_with({})
         raise RoundFailedError(
             f"tablet {self.tablet.tablet_id}: configuration change {cc.type.value} "
             f"{cc.node_id} (index {index}) did not commit (commit index {node.commit_index})")

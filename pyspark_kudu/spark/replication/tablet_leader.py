@@ -35,12 +35,22 @@ Rules:
   installing a tablet copy, dropping its parts) ride in the same task as a round's Raft
   traffic (``_round_with``, ``_defer``), so they cost no Spark job of their own.
 - **Membership** (Raft config change seed): one change at a time, each committed and applied
-  before the next. :meth:`TabletLeader.add_replica` creates an empty replica, adds it as a
-  NON_VOTER (it cannot affect commit while it catches up), copies the tablet to it and
+  by the leader's ``RaftNode`` before the next is proposed (Raft thesis §4.1: a change may
+  start once the previous one is committed). :meth:`TabletLeader.add_replica` creates an
+  empty replica, adds it as a NON_VOTER (it cannot affect commit while it catches up),
+  copies the tablet to it and
   promotes it once its log matches the commit index; :meth:`TabletLeader.remove_replica`
   evicts one. Replacing a replica is add-then-remove (3-4-3). A replica id is its tablet
   server's UUID: a server evicted from a tablet may only come back as a NON_VOTER after its
   old replica was deleted, so a voter never forgets a log it acknowledged (raft.py rule 6).
+- **Commit notices ride with the next round** (:meth:`TabletLeader.apply_ahead`): a Ready
+  that only announces a higher commit index (no entries, no snapshot) may be acknowledged
+  without a round of its own, so the driver applies what a majority holds (e.g. a
+  configuration change) at once. Its requests (L's new commit index, followers'
+  AppendEntries) then travel at the front of the next round, ahead of anything proposed
+  after it: L never holds an entry proposed after a configuration change without first
+  recording that change as committed, so every replica has at most one configuration
+  change above its commit index (the simulator's ``lazy_commit`` mode checks this).
 - **Fencing**: a newer leader (another client) has a higher term; replicas refuse the old
   one and the old ``RaftNode`` steps down on the first response carrying the newer term.
   Every call then fails with :class:`FencedError`; nothing it did not see committed is
@@ -142,6 +152,10 @@ class TabletLeader(LeaderMembership):
         self._attached_front = False
         self._attached_out: dict[str, list[PeerResponse] | None] = {}
         self._deferred: list[PeerRequest] = []  # best effort, on L's host (e.g. DROP_COPY)
+        # Requests of a Ready acknowledged ahead of its round (apply_ahead): they lead the
+        # next round, before its own Raft traffic.
+        self._carried: dict[str, list[PeerRequest]] = {}
+        self._taken: Ready | None = None  # a Ready apply_ahead took but left to a round
 
     # -- lifecycle ---------------------------------------------------------------------------
     def create(self, schema_json: str = "") -> None:
@@ -172,6 +186,8 @@ class TabletLeader(LeaderMembership):
     def begin_election(self, state: ReplicaState) -> tuple[Ready, PeerRequest]:
         """Become candidate over L's durable state; returns the Ready and L's self-vote."""
         self._view = _leader_view(state)
+        self._carried = {}  # a previous leadership's notices are not this one's
+        self._taken = None
         # What L's log held when it stood: lets a writer whose round failed under the
         # previous leader learn which of its entries this leader carries (terms_at).
         self._elected = (state.last_index, (state.hard_state.commit, state.commit_term),
@@ -309,15 +325,42 @@ class TabletLeader(LeaderMembership):
         ``defer_follower_apply``: followers persist what they are sent but apply committed
         writes later (``PeerRequest.defer_apply``)."""
         node = self._leader()
-        extra = bool(self._attached or self._deferred)
-        if not node.has_ready() and not extra:
+        extra = bool(self._attached or self._deferred or self._carried)
+        rd, self._taken = self._taken, None
+        if rd is None and node.has_ready():
+            rd = node.ready()
+        if rd is None and not extra:
             return None
-        rd = node.ready() if node.has_ready() else None
+        reqs = self._ready_requests(rd, defer_follower_apply)
+        carried, self._carried = self._carried, {}
+        for ts, first in carried.items():
+            lst = reqs.setdefault(ts, [])
+            if (lst and first and lst[0].kind == first[-1].kind == RequestKind.STEP
+                    and lst[0].defer_apply == first[-1].defer_apply):
+                # One follower task steps both, older messages first.
+                lst[0] = replace(lst[0], messages=(*first[-1].messages, *lst[0].messages))
+                first = first[:-1]
+            lst[0:0] = first
+        attached: dict[str, tuple[int, int]] = {}  # ts -> (position, count) in its list
+        for ts, extra_reqs in self._attached.items():
+            lst = reqs.setdefault(ts, [])
+            pos = 0 if self._attached_front else len(lst)
+            lst[pos:pos] = extra_reqs
+            attached[ts] = (pos, len(extra_reqs))
+        if self._deferred:
+            reqs.setdefault(self.leader_id, []).extend(self._deferred)
+            self._deferred = []
+        snaps = [m.to for m in rd.messages if m.type == MessageType.SNAP] if rd else []
+        return _Round(rd, reqs, snaps, attached)
+
+    def _ready_requests(self, rd: Ready | None, defer_follower_apply: bool = False
+                        ) -> dict[str, list[PeerRequest]]:
+        """A Ready's requests per tablet server: L's PERSIST first, then AppendEntries etc.
+        (SNAP messages are not sent: the driver catches such a follower up itself)."""
+        node = self._leader()
         reqs: dict[str, list[PeerRequest]] = {}
-        snaps: list[str] = []
         for m in rd.messages if rd is not None else ():
             if m.type == MessageType.SNAP:
-                snaps.append(m.to)
                 continue
             lst = reqs.setdefault(m.to, [])
             if lst and lst[-1].kind == RequestKind.STEP:
@@ -329,16 +372,28 @@ class TabletLeader(LeaderMembership):
             reqs.setdefault(self.leader_id, []).insert(0, PeerRequest(
                 RequestKind.PERSIST, self.tablet.tablet_id, self.leader_id, term=node.term,
                 entries=rd.entries, hard_state=rd.hard_state))
-        attached: dict[str, tuple[int, int]] = {}  # ts -> (position, count) in its list
-        for ts, extra_reqs in self._attached.items():
-            lst = reqs.setdefault(ts, [])
-            pos = 0 if self._attached_front else len(lst)
-            lst[pos:pos] = extra_reqs
-            attached[ts] = (pos, len(extra_reqs))
-        if self._deferred:
-            reqs.setdefault(self.leader_id, []).extend(self._deferred)
-            self._deferred = []
-        return _Round(rd, reqs, snaps, attached)
+        return reqs
+
+    def apply_ahead(self) -> bool:
+        """Acknowledge the ``RaftNode``'s Ready now if it only announces a higher commit
+        index (no entries or snapshot to persist first, no tablet copy due): the driver
+        applies the newly committed entries -- a configuration change takes effect, and the
+        next one may be proposed -- and the Ready's requests lead the next round (module
+        rules). Returns whether it did."""
+        node = self._leader()
+        if not node.has_ready():
+            return False
+        rd = node.ready()
+        if rd.entries or rd.snapshot is not None or any(
+                m.type == MessageType.SNAP for m in rd.messages):
+            self._taken = rd  # not a commit notice alone: the next round carries it
+            return False
+        for ts, reqs in self._ready_requests(rd).items():
+            self._carried.setdefault(ts, []).extend(reqs)
+        if rd.hard_state is not None:
+            self._view.set_hard_state(rd.hard_state)
+        node.advance(rd)
+        return True
 
     def finish_round(self, rnd: _Round,
                      out: Mapping[str, Sequence[PeerResponse] | None]) -> None:
@@ -346,7 +401,8 @@ class TabletLeader(LeaderMembership):
         node = self._leader()
         persist_sent = any(r.kind == RequestKind.PERSIST
                            for r in rnd.requests.get(self.leader_id, []))
-        leader_persisted = not persist_sent
+        leader_persisted = not persist_sent  # every PERSIST to L succeeded (a carried one too)
+        persist_failed = False
         self._attached_out = {}
         for ts, (pos, count) in rnd.attached.items():
             resps = out.get(ts)
@@ -362,7 +418,8 @@ class TabletLeader(LeaderMembership):
                         self.fenced_reason = resp.error
                         self.node = None
                         raise FencedError(resp.error)
-                    leader_persisted = resp.ok
+                    persist_failed = persist_failed or not resp.ok
+                    leader_persisted = not persist_failed
                 for m in resp.messages:
                     node.step(m)
                 for res in resp.results:

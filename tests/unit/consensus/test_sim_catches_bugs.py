@@ -64,7 +64,8 @@ MUTANTS: dict[str, tuple[type, str, Callable[..., object], tuple[str, ...]]] = {
         RaftNode, "_restore", _restore_blindly, ("lost committed entry",)
     ),
     "no-conflict-truncation": (
-        RaftLog, "maybe_append", _append_without_truncating, ("durable only", "log matching")
+        RaftLog, "maybe_append", _append_without_truncating,
+        ("durable only", "log matching", "state-machine safety"),
     ),
 }
 

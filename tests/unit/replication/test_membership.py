@@ -208,3 +208,36 @@ def test_an_add_cut_short_after_its_learner_entry_resumes_and_creates_the_replic
     assert "ts-d" in lead.conf_state().voters
     assert _rows(transport.roots["ts-d"]) == _rows(transport.roots["ts-a"])
     assert len(_rows(transport.roots["ts-d"])) == 300
+
+
+def test_replacing_a_replica_takes_four_rounds_and_keeps_every_row(tmp_path: Path) -> None:
+    """3-4-3 in four rounds when nothing fails: (1) ADD_LEARNER entry + WIPE/CREATE of the
+    new replica + COPY_OUT at L's applied index; (2) INSTALL_COPY, the bridge AppendEntries
+    with the ADD_LEARNER entry, the commit notice; (3) ADD_VOTER entry + DROP_COPY; (4) the
+    REMOVE entry, led by the ADD_VOTER commit notice. Commits are applied in the driver
+    without a round of their own; the REMOVE's notice leads the next round."""
+    transport, lead = _setup(tmp_path)
+    for k in range(5):
+        lead.propose([_batch(k * 100, 100)])
+    lead.heartbeat()
+    kinds: list[list[str]] = []
+    run = transport.run
+
+    def counting(reqs):  # type: ignore[no-untyped-def]
+        kinds.append(sorted({r.kind.value for rs in reqs.values() for r in rs}))
+        return run(reqs)
+
+    transport.run = counting  # type: ignore[method-assign]
+    lead.add_replica("ts-d")
+    lead.remove_replica("ts-c")
+    transport.run = run  # type: ignore[method-assign]
+    assert len(kinds) == 4, kinds
+    assert "copy_out" in kinds[0] and "install_copy" in kinds[1], kinds
+    assert lead.copies == 1
+    cs = lead.conf_state()
+    assert set(cs.voters) == {"ts-a", "ts-b", "ts-d"} and not cs.learners
+    lead.heartbeat()  # delivers the REMOVE's commit notice
+    want = _rows(transport.roots["ts-a"])
+    assert len(want) == 500
+    assert _rows(transport.roots["ts-d"]) == want
+    assert _first_index(transport.roots["ts-d"]) > 1
