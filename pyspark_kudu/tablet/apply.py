@@ -18,10 +18,30 @@ A new version is a full row image: supplied columns from the batch, missing colu
 old version on the update path and from the column default (or null) on the insert path.
 
 The batch is processed with whole-array operations: one dict probe per row for the
-MemRowSet, one ``searchsorted`` per candidate rowset, masks per op type. A rowset is a
-candidate if the batch's first-key range overlaps its own and its bloom filter (:mod:`.bloom`)
-admits some of the keys; only those keys are probed, and a rowset whose filter rules out
-every key never loads its key index -- inserting fresh keys then reads no index at all.
+MemRowSet, one lookup per candidate rowset, masks per op type. A rowset is a candidate if the
+batch's first-key range overlaps its own and its bloom filter (:mod:`.bloom`) admits some of
+the keys; only those keys are looked up, and a rowset whose filter rules out every key is not
+read at all -- inserting fresh keys then reads no key index.
+
+A candidate rowset answers, for each of its keys, the row of the key's newest version there,
+its ``ts`` and its ``end`` (deltas applied; ``LIVE`` = the key's current row), in one of two
+ways (Kudu reads the key index blocks it needs from disk; this is the same idea over Parquet
+row groups):
+
+- **key index**: ``searchsorted`` in the rowset's :class:`~.keys.KeyIndex`, loaded whole
+  (key columns, ``ts`` and ``end`` of every row) if not in memory, and kept until the key
+  index budget (:mod:`.memory`) drops it;
+- **point lookup**: read only the row groups whose key-column statistics may hold one of the
+  keys (:mod:`.lookup`) -- their key, ``ts``, ``end`` and row-number columns -- find each
+  key's newest version there, and keep nothing (:meth:`.DiskRowSet.point_lookup`).
+
+The rule: a point lookup when the rowset's index is *not* in memory (neither loaded nor kept
+from the flush that wrote it) and the row groups to read are at most
+``TabletOptions.point_lookup_max_fraction`` (default 1/4) of the rowset's row groups; the key
+index otherwise. A small write on a large tablet then reads a row group or two per rowset
+and holds no index, while a write touching much of a rowset pays little more to load the
+index, which later writes reuse. Both give the same answer, and the rest of the write (ending
+old versions by row number, reading old rows for partial updates) is the same for both.
 
 Rows whose key occurs more than once in the batch must see each other's effects, so a batch
 with repeated keys is split into *rounds* (round r = the r-th occurrence of every key), applied
@@ -61,14 +81,19 @@ class ApplyStats:
     """Counters the write path bumps (the tablet aggregates them into its metrics)."""
 
     index_loads: int = 0
+    point_lookups: int = 0  # rowsets probed by reading only some row groups (no index loaded)
     bloom_checks: int = 0  # rowsets whose bloom filter was consulted
     bloom_skips: int = 0  # ... and ruled out every key, so the key index was not needed
     rows_fetched_for_update: int = 0
 
 
 def apply_batch(schema: Schema, mrs: MemRowSet, rowsets: Sequence[DiskRowSet], index: int,
-                wb: WriteBatch, stats: ApplyStats) -> WriteResult:
-    """Apply ``wb`` at timestamp ``index``; returns the per-row outcome."""
+                wb: WriteBatch, stats: ApplyStats, point_fraction: float) -> WriteResult:
+    """Apply ``wb`` at timestamp ``index``; returns the per-row outcome.
+
+    ``point_fraction`` is the point lookups' threshold
+    (:attr:`~pyspark_kudu.tablet.TabletOptions.point_lookup_max_fraction`; module docstring).
+    """
     n = wb.num_rows
     if n == 0:
         return WriteResult(index, 0)
@@ -79,11 +104,12 @@ def apply_batch(schema: Schema, mrs: MemRowSet, rowsets: Sequence[DiskRowSet], i
     keys = python_keys(wb.rows, schema)
     errors: list[RowError] = []
     if len(set(keys)) == n:
-        _Round(schema, mrs, rowsets, index, stats).run(wb.rows, wb.ops, keys, None, errors)
+        _Round(schema, mrs, rowsets, index, stats, point_fraction).run(
+            wb.rows, wb.ops, keys, None, errors)
     else:
         for idx in _rounds(keys):
             sub = wb.rows.take(pa.array(idx))
-            _Round(schema, mrs, rowsets, index, stats).run(
+            _Round(schema, mrs, rowsets, index, stats, point_fraction).run(
                 sub, wb.ops[idx], _pick(keys, idx), idx, errors)
     errors.sort(key=lambda e: e.row)
     if errors:
@@ -128,12 +154,13 @@ class _Round:
     """One round: rows with pairwise distinct keys."""
 
     def __init__(self, schema: Schema, mrs: MemRowSet, rowsets: Sequence[DiskRowSet],
-                 index: int, stats: ApplyStats) -> None:
+                 index: int, stats: ApplyStats, point_fraction: float) -> None:
         self.schema = schema
         self.mrs = mrs
         self.rowsets = rowsets
         self.index = index
         self.stats = stats
+        self.point_fraction = point_fraction
 
     def run(self, rows: pa.RecordBatch, ops: npt.NDArray[np.int8], keys: list[Hashable],
             orig: I64 | None, errors: list[RowError]) -> None:
@@ -142,13 +169,9 @@ class _Round:
         in_mrs = pos >= 0
         live = np.zeros(m, dtype=bool)
         live[in_mrs] = self.mrs.is_live(pos[in_mrs])
-        rs_of, rs_row = self._disk_lookup(rows, np.nonzero(~in_mrs)[0])
+        rs_of, rs_row, rs_end = self._disk_lookup(rows, np.nonzero(~in_mrs)[0])
         on_disk = rs_of >= 0
-        for j in np.unique(rs_of[on_disk]):
-            sel = rs_of == j
-            idx = self.rowsets[int(j)].index
-            assert idx is not None  # loaded by _disk_lookup
-            live[sel] = idx.end[rs_row[sel]] == LIVE
+        live[on_disk] = rs_end[on_disk] == LIVE
 
         ins = (ops == OpType.INSERT) | (ops == OpType.INSERT_IGNORE)
         ups = ops == OpType.UPSERT
@@ -180,13 +203,16 @@ class _Round:
         for i in np.nonzero(mask)[0]:
             errors.append(RowError(int(i if orig is None else orig[i]), *status))
 
-    def _disk_lookup(self, rows: pa.RecordBatch, need: I64) -> tuple[I64, I64]:
-        """For rows ``need``: which rowset holds the key's newest version, and at which row."""
+    def _disk_lookup(self, rows: pa.RecordBatch, need: I64) -> tuple[I64, I64, I64]:
+        """For rows ``need``: which rowset holds the key's newest version (``rs_of``, -1 for
+        none), at which row (``rs_row``), and that version's end (``rs_end``, with every
+        delta applied: :data:`LIVE` if it is the key's current row)."""
         m = rows.num_rows
         rs_of = np.full(m, -1, dtype=np.int64)
         rs_row = np.full(m, -1, dtype=np.int64)
+        rs_end = np.full(m, -1, dtype=np.int64)
         if len(need) == 0 or not self.rowsets:
-            return rs_of, rs_row
+            return rs_of, rs_row, rs_end
         qkeys = pa.Table.from_batches([rows]).select(list(self.schema.primary_key))
         if len(need) != m:
             qkeys = qkeys.take(pa.array(need))
@@ -211,23 +237,38 @@ class _Round:
                     continue
                 if not maybe.all():
                     q = np.nonzero(maybe)[0]
-            if rs.index_needs_io():
-                self.stats.index_loads += 1
-            index = rs.load_index()
-            if probe is None:
-                probe = key_probe(qkeys, self.schema)
+            q_keys = qkeys if q is None else qkeys.take(pa.array(q))
             if q is None:
-                found_rows = index.latest(qkeys, probe)
                 q = np.arange(len(need))
+            groups = self._point_groups(rs, q_keys)
+            if groups is not None:
+                self.stats.point_lookups += 1
+                found_rows, ts, end = rs.point_lookup(q_keys, groups)
             else:
-                found_rows = index.latest(qkeys.take(pa.array(q)), probe[q])
-            found = found_rows >= 0
-            ts = np.where(found, index.ts[np.maximum(found_rows, 0)], -1)
-            better = found & (ts > best_ts[q])
+                if rs.index_needs_io():
+                    self.stats.index_loads += 1
+                index = rs.load_index()
+                if probe is None:
+                    probe = key_probe(qkeys, self.schema)
+                found_rows = index.latest(q_keys, probe[q])
+                at = np.maximum(found_rows, 0)
+                ts = np.where(found_rows >= 0, index.ts[at], -1)
+                end = index.end[at]
+            better = (found_rows >= 0) & (ts > best_ts[q])
             best_ts[q[better]] = ts[better]
             rs_of[need[q[better]]] = j
             rs_row[need[q[better]]] = found_rows[better]
-        return rs_of, rs_row
+            rs_end[need[q[better]]] = end[better]
+        return rs_of, rs_row, rs_end
+
+    def _point_groups(self, rs: DiskRowSet, q_keys: pa.Table) -> I64 | None:
+        """The row groups a point lookup of ``q_keys`` in ``rs`` reads, or ``None`` to use
+        the key index instead (the rule is in the module docstring)."""
+        if self.point_fraction <= 0 or not rs.index_needs_io():
+            return None
+        ranges = rs.key_ranges()
+        groups = ranges.groups_for(q_keys)
+        return groups if len(groups) <= self.point_fraction * ranges.num_groups else None
 
     def _new_versions(self, rows: pa.RecordBatch, w: I64, has_old: Mask, pos: I64,
                       rs_of: I64, rs_row: I64) -> pa.RecordBatch:

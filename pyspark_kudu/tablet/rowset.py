@@ -8,8 +8,13 @@ Row groups carry min/max statistics, which scans use for row-group pruning; the 
 keeps each rowset's min/max key and ts range, which scans and writes use to skip whole files.
 
 Next to it, ``rowsets/<id>.bloom`` holds a bloom filter of the file's keys (:mod:`.bloom`),
-which the write path consults before loading the key index. Rowsets written before filters
+which the write path consults before looking keys up. Rowsets written before filters
 existed have none (``RowSetMeta.bloom`` is ``None``) and are never pruned that way.
+
+The write path looks keys up in the whole-file key index (:meth:`DiskRowSet.load_index`) or,
+for a few keys, in just the row groups whose statistics may hold them
+(:meth:`DiskRowSet.point_lookup`, :mod:`.lookup`); both take version ends from the same
+place (the file's ``__kudu_end`` with the deltas applied).
 
 Later operations that end a version stored here are **deltas** ``(row, end)``. They are kept in
 memory and written at the next flush as ``rowsets/<id>.delta.<flush_index>.parquet``, listed
@@ -40,7 +45,8 @@ from pyspark_kudu.errors import CorruptionError
 from pyspark_kudu.fileio import FileIO
 from pyspark_kudu.schema import Schema, values_from_json, values_to_json
 from pyspark_kudu.tablet.bloom import BloomFilter, bloom_hashes, read_bloom
-from pyspark_kudu.tablet.keys import END_COLUMN, ROW_COLUMN, TS_COLUMN, KeyIndex
+from pyspark_kudu.tablet.keys import END_COLUMN, ROW_COLUMN, TS_COLUMN, KeyIndex, key_probe
+from pyspark_kudu.tablet.lookup import KeyRanges
 
 __all__ = [
     "DeltaFileMeta",
@@ -274,6 +280,7 @@ class DiskRowSet:
         self._bloom: BloomFilter | None = None
         self.bloom_error: str | None = None  # why the bloom file was refused, if it was
         self._fragment: ds.ParquetFileFragment | None = None
+        self._key_ranges: KeyRanges | None = None
         self._pins = 0
         self._retired: Callable[[], None] | None = None
         self._pin_lock = threading.Lock()
@@ -317,6 +324,24 @@ class DiskRowSet:
             self._delta_rows = [np.concatenate(self._delta_rows)]
             self._delta_ends = [np.concatenate(self._delta_ends)]
         return self._delta_rows[0], self._delta_ends[0]
+
+    def _with_deltas(self, file_end: I64, rows: I64 | None = None) -> I64:
+        """The ``end`` of versions: ``file_end`` (their ``__kudu_end`` column) with every
+        delta recorded since applied, pending ones included. ``file_end`` is of every row in
+        order (``rows=None``), or of the rows at positions ``rows`` (``-1`` for none).
+
+        Both the key index and point lookups take their ends from here, so a version ended
+        while the index was not in memory is ended in the index built later."""
+        end = np.array(file_end, dtype=np.int64)  # private copy: the index updates it in place
+        d_rows, d_ends = self.deltas()
+        if rows is None:
+            end[d_rows] = d_ends
+        elif len(d_rows) and len(rows):
+            sel = np.isin(d_rows, rows)
+            order = np.argsort(rows, kind="stable")
+            at = order[np.searchsorted(rows[order], d_rows[sel])]
+            end[at] = d_ends[sel]  # in delta order, as above: a later delta wins
+        return end
 
     def dead_rows(self, snapshot: int) -> I64:
         """Rows whose version a delta ended at or before ``snapshot``."""
@@ -445,11 +470,49 @@ class DiskRowSet:
                 keys = t.select(list(self._schema.primary_key))
                 ts = np.asarray(t.column(TS_COLUMN).to_numpy(), dtype=np.int64)
                 file_end = np.asarray(t.column(END_COLUMN).to_numpy(), dtype=np.int64)
-            end = np.array(file_end, dtype=np.int64)  # private copy: deltas update it in place
-            rows, ends = self.deltas()
-            end[rows] = ends
-            self.index = KeyIndex(keys, ts, end, self._schema)
+            self.index = KeyIndex(keys, ts, self._with_deltas(file_end), self._schema)
         return self.index
+
+    def key_ranges(self) -> KeyRanges:
+        """(Under the tablet lock.) The key range of each row group, from the file's footer
+        (read on first use, then kept: a few values per row group, never dropped)."""
+        if self._key_ranges is None:
+            fs, path = arrow_filesystem(self._fileio, self.meta.file)
+            self._key_ranges = KeyRanges(pq.ParquetFile(path, filesystem=fs).metadata,
+                                         self._schema)
+        return self._key_ranges
+
+    def point_lookup(self, qkeys: pa.Table, groups: I64) -> tuple[I64, I64, I64]:
+        """``(row, ts, end)`` of the newest version of each key of ``qkeys`` (``row = -1``,
+        ``ts = end = -1`` where the rowset has none), reading only the key, ``ts``, ``end``
+        and row-number columns of row ``groups``, which must include every group that may
+        hold one of the keys (:meth:`KeyRanges.groups_for`). Nothing read is kept."""
+        q = qkeys.num_rows
+        rows = np.full(q, -1, dtype=np.int64)
+        ts = np.full(q, -1, dtype=np.int64)
+        if len(groups) == 0:
+            return rows, ts, ts.copy()
+        pk = list(self._schema.primary_key)
+        fs, path = arrow_filesystem(self._fileio, self.meta.file)
+        t = pq.ParquetFile(path, filesystem=fs).read_row_groups(
+            [int(g) for g in groups], columns=[*pk, TS_COLUMN, END_COLUMN, ROW_COLUMN],
+            use_threads=False)
+        keys = t.select(pk)
+        want = pa.schema([self._schema.arrow_schema.field(k) for k in pk])
+        if keys.schema != want:
+            keys = keys.cast(want)
+        # Groups in file order are still sorted by key, then ts: a KeyIndex over them finds
+        # the last, i.e. newest, version of each key among the rows read -- all of its rows.
+        read_ts, read_end, read_row = (np.asarray(t.column(c).to_numpy(), dtype=np.int64)
+                                       for c in (TS_COLUMN, END_COLUMN, ROW_COLUMN))
+        local = KeyIndex(keys, read_ts, read_end, self._schema).latest(
+            qkeys, key_probe(qkeys, self._schema))
+        found = local >= 0
+        rows[found] = read_row[local[found]]
+        ts[found] = read_ts[local[found]]
+        file_end = np.full(q, -1, dtype=np.int64)
+        file_end[found] = read_end[local[found]]
+        return rows, ts, self._with_deltas(file_end, rows)
 
     # -- pins ---------------------------------------------------------------------------
     def pin(self) -> None:

@@ -297,7 +297,8 @@ class Tablet:
                 self._applied = index
                 return WriteResult(index, skipped=True)
             stats = ApplyStats()
-            result = apply_batch(self.schema, self._mrs, self._rowsets, index, wb, stats)
+            result = apply_batch(self.schema, self._mrs, self._rowsets, index, wb, stats,
+                                 self._options.point_lookup_max_fraction)
         self._applied = index
         KEY_INDEXES.note(self._lock, self._rowsets)
         KEY_INDEXES.enforce(self._lock)
@@ -307,6 +308,7 @@ class Tablet:
             m.rows_applied += result.num_rows
             m.row_errors += len(result.errors)
             m.key_index_loads += stats.index_loads
+            m.point_lookups += stats.point_lookups
             m.bloom_checks += stats.bloom_checks
             m.bloom_skips += stats.bloom_skips
             m.rows_fetched_for_update += stats.rows_fetched_for_update

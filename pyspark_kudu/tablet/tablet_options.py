@@ -29,6 +29,11 @@ class TabletOptions:
     #: costs about 1.44 bits per row). The default suits batches of up to 65,536 rows (the
     #: writer's largest): about 29 bits per row, against 24-40 bytes per row for a key index.
     bloom_fp_rate: float = 1e-6
+    #: When a write batch needs keys from a rowset whose key index is not in memory, it reads
+    #: only the row groups that may hold them if those are at most this fraction of the
+    #: rowset's row groups, and loads the whole index otherwise (:mod:`.apply`). ``0`` always
+    #: loads the index, ``1`` never does.
+    point_lookup_max_fraction: float = 0.25
 
 
 @dataclass
@@ -42,6 +47,7 @@ class TabletMetrics:
     compactions: int = 0
     rowset_files_opened: int = 0  # rowset data files opened by scans
     key_index_loads: int = 0  # rowset key indexes built by reading a file (write path)
+    point_lookups: int = 0  # ... rowsets a write batch probed reading only some row groups
     bloom_checks: int = 0  # rowsets whose bloom filter a write batch consulted
     bloom_skips: int = 0  # ... and whose key index it then did not need (no key may be there)
     rows_fetched_for_update: int = 0  # old rows read to complete partial UPDATE/UPSERT rows
