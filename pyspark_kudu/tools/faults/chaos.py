@@ -11,10 +11,13 @@ while the checker proves nothing acknowledged was lost and nothing stale or inve
   host to have an executor (the driver lists one and its JVM runs) -- *not* for full
   replication, as the destructive faults do -- under ``precondition_deadline_s``; a kill not
   applied by then fails the run (the same rule and the same records as
-  :class:`.injector.FaultInjector`, whose machinery it reuses). It does not wait for the
-  killed host's new executor before the next kill: that executor's arrival is polled in the
-  background and ends the kill's span (``end``). Once the writes are over no kill starts; one
-  still waiting for its host's executor then is dropped and named in the report's notes.
+  :class:`.injector.FaultInjector`, whose machinery it reuses). **One host down at a time**:
+  a kill also waits until the host killed before it has its new executor (or that host's
+  ``recover_deadline_s`` passed), so with RF=3 every tablet keeps a live majority, the
+  scenario whose writes must all succeed -- on a slow machine, where Spark takes longer than
+  ``period_s`` to replace an executor, kills would otherwise pile up until no host had one.
+  The new executor's arrival ends the kill's span (``end``). Once the writes are over no kill
+  starts; one still waiting then is dropped and named in the report's notes.
 * :class:`ChaosWorkload` -- one client (``c0``), as a user's loop would be: each write is one
   ``df.write.format("kudu")`` upsert (``kudu.operation=upsert``) of ``rows`` keys drawn at
   random from ``keys``, each given a value never written before (``c0-<write>-<key>``), then
@@ -316,6 +319,10 @@ class ChaosInjector(FaultInjector):
     def _not_ready(self, ev: FaultEvent) -> str | None:
         self._poll_recoveries()  # called on every poll of a precondition
         why = super()._not_ready(ev)
+        if why is None and self._pending:
+            down = sorted({host for host, _, _, _ in self._pending})
+            why = (f"one host down at a time: {', '.join(down)} has no new executor yet "
+                   f"(module docstring)")
         if why is not None and self._finish.is_set():
             raise _Cancelled(why)
         return why

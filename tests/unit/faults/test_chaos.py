@@ -232,7 +232,7 @@ def cluster(tmp_path: Path) -> Iterator[StandaloneCluster]:
         c.worker_specs.append(WorkerSpec(host, wdir / "data", wdir / "work", wdir / "log", 0))
         spec = c.worker_specs[-1]
         spec.data_root.mkdir(parents=True, exist_ok=True)
-        # the last host restarts its executor slowly: kills must not wait for it
+        # the last host restarts its executor slowly: the next kill waits for it
         delay = "3.0" if n == len(HOSTS) - 1 else "0.1"
         spec.process = subprocess.Popen([sys.executable, "-c", _SUPERVISOR, delay],
                                         start_new_session=True)
@@ -243,7 +243,7 @@ def cluster(tmp_path: Path) -> Iterator[StandaloneCluster]:
         c.stop()
 
 
-def test_kills_every_period_in_rotation_without_waiting_for_recovery(
+def test_kills_every_period_in_rotation_one_host_down_at_a_time(
         cluster: StandaloneCluster) -> None:
     has = lambda h: bool(executor_pids(cluster, h))  # noqa: E731
     inj = ChaosInjector(cluster, time.monotonic, has, rng=random.Random(4), period_s=0.5,
@@ -260,6 +260,12 @@ def test_kills_every_period_in_rotation_without_waiting_for_recovery(
     starts = [r["start"] for r in recs]
     assert all(b - a >= 0.5 for a, b in itertools.pairwise(starts)), starts
     assert all(r["end"] is not None and r["end"] >= r["start"] for r in recs), recs
+    # No kill while the previous host was still without its executor -- the slow host's
+    # 3 s restart held the next kill back past the 0.5 s period.
+    assert all(b["start"] >= a["end"] for a, b in itertools.pairwise(recs)), recs
+    slow = [i for i, r in enumerate(recs[:-1]) if r["host"] == HOSTS[-1]]
+    assert slow, "the rotation never killed the slow host"
+    assert all(recs[i + 1]["start"] - recs[i]["start"] >= 2.5 for i in slow), recs
 
 
 def test_a_kill_that_cannot_happen_fails_loudly(cluster: StandaloneCluster) -> None:
