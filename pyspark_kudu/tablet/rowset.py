@@ -281,6 +281,7 @@ class DiskRowSet:
         self.bloom_error: str | None = None  # why the bloom file was refused, if it was
         self._fragment: ds.ParquetFileFragment | None = None
         self._key_ranges: KeyRanges | None = None
+        self._footer: pq.FileMetaData | None = None  # read with the key ranges, then kept
         self._pins = 0
         self._retired: Callable[[], None] | None = None
         self._pin_lock = threading.Lock()
@@ -478,8 +479,8 @@ class DiskRowSet:
         (read on first use, then kept: a few values per row group, never dropped)."""
         if self._key_ranges is None:
             fs, path = arrow_filesystem(self._fileio, self.meta.file)
-            self._key_ranges = KeyRanges(pq.ParquetFile(path, filesystem=fs).metadata,
-                                         self._schema)
+            self._footer = pq.ParquetFile(path, filesystem=fs).metadata
+            self._key_ranges = KeyRanges(self._footer, self._schema)
         return self._key_ranges
 
     def point_lookup(self, qkeys: pa.Table, groups: I64) -> tuple[I64, I64, I64]:
@@ -494,7 +495,8 @@ class DiskRowSet:
             return rows, ts, ts.copy()
         pk = list(self._schema.primary_key)
         fs, path = arrow_filesystem(self._fileio, self.meta.file)
-        t = pq.ParquetFile(path, filesystem=fs).read_row_groups(
+        # The footer key_ranges() read (the groups come from it): not read again per lookup.
+        t = pq.ParquetFile(path, filesystem=fs, metadata=self._footer).read_row_groups(
             [int(g) for g in groups], columns=[*pk, TS_COLUMN, END_COLUMN, ROW_COLUMN],
             use_threads=False)
         keys = t.select(pk)
