@@ -25,7 +25,7 @@ from pyspark_kudu.spark.api.settings import (
     LOCATION_MAPPING_CMD_CONF,
     LOCATION_MAPPING_TIMEOUT_CONF,
 )
-from pyspark_kudu.spark.host.identity import DATA_ROOT_CONF, DATA_ROOT_ENV
+from pyspark_kudu.spark.host.identity import DATA_ROOT_CONF, DATA_ROOT_ENV, current_host
 from pyspark_kudu.spark.replication.lease_keeper import LEASE_CONF
 
 SetConf = Callable[[dict[str, str]], None]
@@ -143,7 +143,7 @@ def test_a_discovery_task_without_data_root_fails_as_a_usage_error(spark: SparkS
     """What a KuduContext on a cluster sees from an executor host with neither setting: the
     task's refusal, out of Spark's error (no cluster here: a local task runs the same code)."""
     with pytest.raises(Exception) as info:  # Spark's wrapper of the task's error
-        spark.sparkContext.parallelize([0], 1).map(
+        spark.sparkContext.parallelize([current_host()], 1).map(
             partial(context._identify, conf_root=None)).collect()
     usage = context._task_usage_error(info.value)
     assert isinstance(usage, InvalidArgumentError)

@@ -148,7 +148,7 @@ def test_a_cluster_host_without_a_data_root_is_refused(monkeypatch: pytest.Monke
     assert DATA_ROOT_ENV in str(info.value) and DATA_ROOT_CONF in str(info.value)
     # The discovery task refuses before it creates anything.
     with pytest.raises(InvalidArgumentError, match=re.escape(DATA_ROOT_CONF)):
-        context._identify("host", conf_root=None)
+        context._identify(identity.current_host(), conf_root=None)
     assert not default.exists()
 
 
@@ -156,8 +156,22 @@ def test_a_cluster_host_uses_its_env_root_else_the_application_setting(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv(DATA_ROOT_ENV, raising=False)
     conf_root = tmp_path / "conf-root"
-    info, _ = context._identify("host", conf_root=str(conf_root))
+    found = context._identify(identity.current_host(), conf_root=str(conf_root))
+    assert found is not None
+    info, _ = found
     assert info.data_root == str(conf_root) and (conf_root / "instance").is_file()
     env_root = tmp_path / "env-root"
     monkeypatch.setenv(DATA_ROOT_ENV, str(env_root))
     assert local_data_root(None, str(conf_root), cluster=True) == str(env_root)
+
+
+def test_a_discovery_task_that_runs_on_another_host_reports_nothing(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A pinned discovery task Spark ran elsewhere must not answer for the host it was
+    meant for (that host's server would get this host's identity and address); nothing is
+    created under the data root."""
+    monkeypatch.delenv(DATA_ROOT_ENV, raising=False)
+    conf_root = tmp_path / "conf-root"
+    assert context._identify("192.0.2.1", conf_root=str(conf_root)) is None
+    assert not conf_root.exists()
+    assert context._identify(identity.current_host(), conf_root=str(conf_root)) is not None

@@ -91,6 +91,7 @@ from pyspark_kudu.spark.host.identity import (
     CONF_DATA_ROOT_ENV,
     DATA_ROOT_CONF,
     TabletServerInfo,
+    current_host,
     ensure_instance,
     local_data_root,
 )
@@ -123,6 +124,9 @@ from pyspark_kudu.wal import WalOptions
 __all__ = ["KuduContext", "WriteProgress", "WriteSummary"]
 
 _log = logging.getLogger(__name__)
+# Discovery jobs per call before a host whose pinned task keeps running elsewhere is left
+# for the next look (each job waits spark.locality.wait for the host's executor).
+_DISCOVERY_ATTEMPTS = 3
 
 
 
@@ -289,9 +293,27 @@ class KuduContext(WritePath, ReplicaManagement):
         return self._discover_hosts(hosts)
 
     def _discover_hosts(self, hosts: Sequence[str]) -> list[TabletServerLocation]:
-        found = pinned_rdd(self.spark.sparkContext, [(h, [h]) for h in hosts]).map(
-            partial(_identify, conf_root=self._data_root_conf)).collect()
-        out = [TabletServerLocation(i.uuid, i.host, None, a) for i, a in found]
+        """The tablet server of each of ``hosts``, from a task pinned there. A pinned task
+        is only a preference: one Spark ran on another host (the host's executor was busy
+        or not yet offered for ``spark.locality.wait``) reports nothing, and its host is
+        asked again, up to ``_DISCOVERY_ATTEMPTS`` jobs. Hosts never reached are left out
+        (the caller looks again later); trusting the misplaced task would give its host's
+        server twice and the requested host's an old address."""
+        sc = self.spark.sparkContext
+        want = list(hosts)
+        found: dict[str, tuple[TabletServerInfo, str]] = {}
+        for _ in range(_DISCOVERY_ATTEMPTS):
+            got = pinned_rdd(sc, [(h, [h]) for h in want]).map(
+                partial(_identify, conf_root=self._data_root_conf)).collect()
+            found.update((h, r) for h, r in zip(want, got, strict=True) if r is not None)
+            want = [h for h in want if h not in found]
+            if not want:
+                break
+        if want:
+            _log.warning("tablet server discovery did not reach %s: its tasks ran on other "
+                         "hosts %d times", ", ".join(want), _DISCOVERY_ATTEMPTS)
+        out = [TabletServerLocation(i.uuid, i.host, None, a)
+               for i, a in (found[h] for h in hosts if h in found)]
         _warn_without_server(out)
         return out
 
@@ -305,7 +327,7 @@ class KuduContext(WritePath, ReplicaManagement):
         one discovery job each and could apply an older job's addresses after a newer one's
         (the master's registration flipped back to a dead port). A caller that waited finds
         the hosts already looked at. A host whose executor changed again while its
-        discovery job ran is looked at again next time."""
+        discovery job ran, or that discovery did not reach, is looked at again next time."""
         if self._local:
             return
         with self._refresh_lock:
@@ -323,8 +345,9 @@ class KuduContext(WritePath, ReplicaManagement):
             with self._lock:
                 self.servers = [fresh.get(s.uuid, s) for s in self.servers]
             after = executor_hosts(sc)
+            reached = {s.host for s in fresh.values()}
             for h in changed:
-                if after.get(h) == now[h]:
+                if h in reached and after.get(h) == now[h]:
                     self._executors[h] = now[h]
             for s in fresh.values():
                 self.liveness.update(s.meta())
@@ -540,11 +563,14 @@ class KuduContext(WritePath, ReplicaManagement):
             return acked
         return reported_leader, None, None
 
-def _identify(_: object, conf_root: str | None = None) -> tuple[TabletServerInfo, str]:
+def _identify(host: str, conf_root: str | None = None) -> tuple[TabletServerInfo, str] | None:
     """Executor side of discovery on a cluster: this host's tablet server and its resident
-    server. The data root is the host's ``PYSPARK_KUDU_DATA_ROOT``, else ``conf_root`` (the
-    application's ``spark.kudu.dataRoot``); never the local-mode default, which is refused
-    before anything is written (:func:`~pyspark_kudu.spark.host.identity.local_data_root`)."""
+    server, or None if the task meant for ``host`` runs on another host. The data root is
+    the host's ``PYSPARK_KUDU_DATA_ROOT``, else ``conf_root`` (the application's
+    ``spark.kudu.dataRoot``); never the local-mode default, which is refused before anything
+    is written (:func:`~pyspark_kudu.spark.host.identity.local_data_root`)."""
+    if current_host() != host:
+        return None
     root = local_data_root(None, conf_root, cluster=True)
     return ensure_instance(root), os.environ.get(ADDRESS_ENV, "")
 
