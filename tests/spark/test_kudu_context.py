@@ -16,7 +16,7 @@ from pyspark_kudu.errors import InvalidArgumentError, RowWriteError
 from pyspark_kudu.partitioning import HashDimension, PartitionSchema
 from pyspark_kudu.schema import Predicate
 from pyspark_kudu.spark.api.context import KuduContext, WriteProgress
-from pyspark_kudu.spark.host.handlers import replica_storage
+from pyspark_kudu.spark.host.handlers import mark_failed, replica_storage, tablet_dir
 from tests.waiting import wait_until
 
 STRUCT = StructType([StructField("id", LongType(), False), StructField("v", StringType(), True)])
@@ -175,6 +175,43 @@ def test_a_linearizable_read_commits_an_empty_entry_per_tablet_and_sees_every_wr
         assert lead.node.commit_index >= last[1].index
     with pytest.raises(InvalidArgumentError, match="unknown read mode 'snapshot'"):
         kudu.read_table("lin", read_mode="snapshot")
+
+
+def test_a_linearizable_read_is_served_by_a_follower_when_the_leader_replica_failed(
+    spark: SparkSession, kudu: KuduContext
+) -> None:
+    """The leader lives in the driver; its replica on a host can fail on its own (a WAL
+    found corrupt when the replica is reopened) after the read point was committed. The
+    scan then falls over to a follower whose log holds the read point's entry at its term,
+    through ``read_table`` and the ``kudu`` data source alike, instead of failing the read
+    (a CI run of the fault harness failed exactly so)."""
+    from pyspark_kudu.spark.api.datasource import KuduReader
+    from pyspark_kudu.spark.api.source_options import parse_read_options
+    from pyspark_kudu.spark.replication.session_client import SessionClient
+
+    kudu.create_table("linf", STRUCT, keys=["id"],
+                      partitioning=PartitionSchema((HashDimension(("id",), 2),)))
+    rows = [(i, f"v{i}") for i in range(20)]
+    kudu.upsert_rows(spark.createDataFrame(rows, STRUCT), "linf")
+    roots = {s.uuid: s.root for s in kudu.servers}
+    tablets = [t.tablet_id for t in kudu.master.get_table("linf").tablets]
+
+    def fail_leader_replicas() -> None:
+        for tid in tablets:
+            root = roots[kudu._leaders[tid].leader_id]
+            assert root is not None
+            mark_failed(tablet_dir(root, tid), "test: the leader replica's WAL is corrupt")
+
+    planned = kudu.read_table("linf", read_mode="linearizable")  # commits the read points
+    address = kudu.session_service.address
+    reader = KuduReader(SessionClient(address).describe("linf"), parse_read_options(
+        {"kudu.table": "linf", "kudu.readMode": "linearizable"}), STRUCT, address)
+    parts = reader.partitions()  # the data source's read points
+    fail_leader_replicas()
+    assert sorted((r["id"], r["v"]) for r in planned.collect()) == rows
+    got = [row for p in parts for batch in reader.read(p) for row in
+           zip(*(batch.column(n).to_pylist() for n in ("id", "v")), strict=True)]
+    assert sorted(got) == rows
 
 
 def test_rounds_are_served_by_the_hosts_resident_tablet_server(

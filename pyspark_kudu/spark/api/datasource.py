@@ -507,8 +507,13 @@ class KuduScanReader(DataSourceReader):
                 opts.table, [info.tablets[p].tablet_id for p in pruned])
             for pidx in pruned:
                 tid = info.tablets[pidx].tablet_id
-                ts, index = points[tid]
-                out.append(self._token(tid, [self._choice(ts, True)], None, index, True))
+                ts, index, term = points[tid]
+                # The leader replica first; with the point's term, the other voters too
+                # (any replica whose log holds that entry at that term may serve it).
+                others = [self._choice(r, False) for r in info.tablets[pidx].replicas
+                          if r != ts] if term is not None else []
+                out.append(self._token(tid, [self._choice(ts, True), *others], None, index,
+                                       True, commit_term=term))
             return out
         for pidx in pruned:
             t = info.tablets[pidx]

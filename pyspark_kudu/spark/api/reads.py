@@ -37,7 +37,11 @@ from pyspark_kudu.spark.host.replica_reader import (
     read_tablet_refreshing,
 )
 from pyspark_kudu.spark.pinned import pinned_rdd
-from pyspark_kudu.spark.replication.session_client import SessionAddress, SessionClient
+from pyspark_kudu.spark.replication.session_client import (
+    ReadPoint,
+    SessionAddress,
+    SessionClient,
+)
 from pyspark_kudu.spark.replication.spark_rounds import SparkTransport, TabletServerLocation
 
 __all__ = ["LOCALITIES", "READ_MODES", "ScanClient", "out_schema_to_spark", "read_table",
@@ -67,7 +71,7 @@ class ScanClient(Protocol):
     def server_locations(self) -> dict[str, str | None]: ...
 
     def read_points(self, table: str, tablet_ids: Sequence[str], *, forwarded: bool = False
-                    ) -> dict[str, tuple[str, int]]: ...
+                    ) -> dict[str, ReadPoint]: ...
 
     def known_commit(self, tablet_id: str, reported_leader: str, reported_commit: int
                      ) -> tuple[str, int | None, int | None]: ...
@@ -135,14 +139,20 @@ def scan_tokens(kudu: ScanClient, name: str, columns: Sequence[str] | None,
         known: int | None
         term: int | None = None
         if tid in points:
-            leader, known = points[tid]
+            leader, known, term = points[tid]
             require = True
         else:
             leader, known, term = kudu.known_commit(tid, tablet.leader,
                                                     tablet.committed_index)
         voters = [r.ts_uuid for r in tablet.replicas
                   if r.member_type is MemberType.VOTER and r.ts_uuid not in unreachable]
-        if require or (locality == "leader_only" and leader):
+        if require:
+            # The leader replica first; with the point's term, any voter whose log holds
+            # that entry serves it as well (Log Matching: its prefix is the committed one),
+            # so a failed or unreachable leader replica does not fail the read.
+            chosen = [choice(leader, True)] + ([choice(v, False) for v in voters if v != leader]
+                                               if term is not None else [])
+        elif locality == "leader_only" and leader:
             chosen = [choice(leader, True)]
         else:
             # Voters only: a NON_VOTER may still be receiving its tablet copy.

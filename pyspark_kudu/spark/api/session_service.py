@@ -95,6 +95,7 @@ from pyspark_kudu.fileio import FileIO
 from pyspark_kudu.rpc.tls import FROM_ENV, TlsConfig, TlsSetting, resolve_tls, server_kwargs
 from pyspark_kudu.spark.host.dataplane import Staged, StagedRef, decode_staged
 from pyspark_kudu.spark.replication.session_client import (
+    ReadPoint,
     SessionAddress,
     TableInfo,
     encode_error,
@@ -136,7 +137,7 @@ class SessionBackend(Protocol):
     def discard_staged(self, write_id: str) -> None: ...
 
     def read_points(self, table: str, tablet_ids: Sequence[str], *, forwarded: bool = False
-                    ) -> dict[str, tuple[str, int]]: ...
+                    ) -> dict[str, ReadPoint]: ...
 
     def execute_replication_actions(self, actions: Sequence[dict[str, Any]], *,
                                     forwarded: bool = False
@@ -281,7 +282,7 @@ class SessionService:
                 points = self._kudu.read_points(str(body["table"]),
                                                 [str(t) for t in body["tablet_ids"]],
                                                 forwarded=method == "lead_read")
-                return {t: [ts, i] for t, (ts, i) in points.items()}
+                return {t: list(point) for t, point in points.items()}
             case "lead_heal":
                 done = self._kudu.execute_replication_actions(
                     [dict(a) for a in body["actions"]], forwarded=True)

@@ -52,7 +52,11 @@ from pyspark_kudu.spark.host.dataplane import (
 )
 from pyspark_kudu.spark.replication.lease_keeper import LeaseKeeper, by_holder
 from pyspark_kudu.spark.replication.multitablet import UncommittedError, elect_all
-from pyspark_kudu.spark.replication.session_client import SessionAddress, SessionClient
+from pyspark_kudu.spark.replication.session_client import (
+    ReadPoint,
+    SessionAddress,
+    SessionClient,
+)
 from pyspark_kudu.spark.replication.spark_rounds import (
     SparkTransport,
     TabletServerLocation,
@@ -568,21 +572,22 @@ class WritePath(RideThrough):
         return (self._leaders_for(locs, own, exclude=exclude) if own else {}), remote
 
     def read_points(self, table: str, tablet_ids: Sequence[str], *, forwarded: bool = False
-                    ) -> dict[str, tuple[str, int]]:
-        """Per tablet: its leader replica and the index of an empty entry committed after
-        this call began (see ``read_table``'s ``linearizable``); tablets another client
-        leads are asked of it. ``forwarded`` as for :meth:`commit_staged`."""
+                    ) -> dict[str, ReadPoint]:
+        """Per tablet: its leader replica, the index of an empty entry committed after this
+        call began (see ``read_table``'s ``linearizable``) and that entry's term (a
+        follower whose log holds the entry at that term may serve the read too); tablets
+        another client leads are asked of it. ``forwarded`` as for :meth:`commit_staged`."""
         return self._read_points(self.master.get_table(table), tablet_ids, forwarded=forwarded)
 
     def _read_points(self, locs: TableLocations, tablet_ids: Sequence[str], *,
-                     forwarded: bool = False) -> dict[str, tuple[str, int]]:
+                     forwarded: bool = False) -> dict[str, ReadPoint]:
         """:meth:`read_points`. A leader fenced by another writer meanwhile is elected
         again, and a forward that found no leader is routed again, once."""
         failure: KuduError | None = None
         for _ in range(2):
             own, remote = self._route(locs, tablet_ids, forwarded=forwarded)
             futures = {tid: self._service.submit(lead, [b""]) for tid, lead in own.items()}
-            points: dict[str, tuple[str, int]] = {}
+            points: dict[str, ReadPoint] = {}
             failure = None
             for addr, tids in by_holder(remote).items():
                 try:
@@ -591,13 +596,13 @@ class WritePath(RideThrough):
                     failure = failure or e
             for tid, fut in futures.items():
                 try:
-                    ((index, _, _),) = fut.result()
+                    ((index, term, _),) = fut.result()
                 except KuduError as e:  # fenced, or no majority: elect again
                     with self._lock:
                         self._leaders.pop(tid, None)
                     failure = failure or e
                     continue
-                points[tid] = (own[tid].leader_id, index)
+                points[tid] = (own[tid].leader_id, index, term)
             if failure is None:
                 return points
         assert failure is not None

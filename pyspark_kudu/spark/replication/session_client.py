@@ -43,6 +43,7 @@ from pyspark_kudu.schema import Schema
 from pyspark_kudu.spark.replication.write_service import WriteSummary
 
 __all__ = [
+    "ReadPoint",
     "SessionAddress",
     "SessionClient",
     "TableInfo",
@@ -52,6 +53,11 @@ __all__ = [
 ]
 
 _CONNECT_TIMEOUT_S = 10.0
+
+ReadPoint = tuple[str, int, "int | None"]
+"""A linearizable read point of one tablet: the leader replica, the index of an empty entry
+committed after the read began, and that entry's term (None from an older peer: then only
+the leader replica may serve the read)."""
 _MAX_FOREIGN_MESSAGE = 4000
 
 
@@ -273,7 +279,7 @@ class SessionClient:
             "refs": _b64(refs), "bad_rows": list(bad_rows), "write_ids": list(write_ids)})
         return None if out is None else _summary(out)
 
-    def read_points(self, table: str, tablet_ids: Sequence[str]) -> dict[str, tuple[str, int]]:
+    def read_points(self, table: str, tablet_ids: Sequence[str]) -> dict[str, ReadPoint]:
         """Per tablet: the leader replica and an index committed after this call began
         (asked of the leading client if another one leads)."""
         return self._points("read_points", table, tablet_ids)
@@ -284,14 +290,15 @@ class SessionClient:
         return _summary(self.call("lead_commit", {"table": table, "refs": _b64(refs),
                                                   "bad_rows": list(bad_rows)}))
 
-    def lead_read(self, table: str, tablet_ids: Sequence[str]) -> dict[str, tuple[str, int]]:
+    def lead_read(self, table: str, tablet_ids: Sequence[str]) -> dict[str, ReadPoint]:
         """Per tablet: the leader replica and an index committed after this call began."""
         return self._points("lead_read", table, tablet_ids)
 
     def _points(self, method: str, table: str, tablet_ids: Sequence[str]
-                ) -> dict[str, tuple[str, int]]:
+                ) -> dict[str, ReadPoint]:
         out = self.call(method, {"table": table, "tablet_ids": list(tablet_ids)})
-        return {str(t): (str(ts), int(i)) for t, (ts, i) in out.items()}
+        return {str(t): (str(p[0]), int(p[1]), None if len(p) < 3 or p[2] is None
+                         else int(p[2])) for t, p in out.items()}
 
     def lead_heal(self, actions: Sequence[Mapping[str, Any]]
                   ) -> list[tuple[KuduError | None, float]]:
