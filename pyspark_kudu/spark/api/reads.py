@@ -3,7 +3,8 @@
 kudu-spark's ``KuduRDD`` (STYLE.md): planning turns the scan into one *scan token* per tablet
 left after pruning (:class:`~pyspark_kudu.spark.host.replica_reader.TabletScan`) whose
 preferred locations are the hosts of every replica it may read -- all voters for
-``closest_replica``, the leader alone for ``leader_only`` and linearizable reads -- and the
+``closest_replica``, the leader alone for ``leader_only``, the leader first then the other
+voters for linearizable reads (those holding the read point's entry at its term) -- and the
 task rebuilds a scanner from its token that reads the closest replica, local or remote
 (:func:`~pyspark_kudu.spark.host.replica_reader.read_tablet`). Where Spark puts a task (it
 waits only ``spark.locality.wait`` for a preferred host) changes speed, never correctness.

@@ -53,12 +53,12 @@ __all__ = [
 ]
 
 _CONNECT_TIMEOUT_S = 10.0
+_MAX_FOREIGN_MESSAGE = 4000
 
 ReadPoint = tuple[str, int, "int | None"]
 """A linearizable read point of one tablet: the leader replica, the index of an empty entry
 committed after the read began, and that entry's term (None from an older peer: then only
 the leader replica may serve the read)."""
-_MAX_FOREIGN_MESSAGE = 4000
 
 
 @dataclass(frozen=True)
