@@ -71,6 +71,7 @@ __all__ = [
     "COPY_OUT_DIR",
     "MAX_RATE_ENV",
     "STREAMS_ENV",
+    "FetchReport",
     "ServedCopy",
     "ServedFile",
     "fetch_served_copies",
@@ -248,11 +249,23 @@ def fetched_files(io: FileIO, copy: ServedCopy) -> tuple[str, dict[str, str]]:
             {f.name: os.path.join(base, "files", f.name) for f in copy.files if f.name != TAIL})
 
 
+@dataclass(frozen=True)
+class FetchReport:
+    """What :func:`fetch_served_copies` did: per copy, None (fetched, ``fetched_files`` finds
+    it) or the error (its partial files removed); and when the fetch ran, wall clock
+    (``time.time()``, comparable between the hosts of a cluster with synchronised clocks),
+    from the first stream opened to the last file synced."""
+
+    errors: list[KuduError | None]
+    started: float
+    ended: float
+
+
 def fetch_served_copies(root: str, copies: Sequence[tuple[FileIO, ServedCopy]]
-                        ) -> list[KuduError | None]:
+                        ) -> FetchReport:
     """Target side (module step 2): fetch each copy into its replica's ``copy-in/`` under
-    ``root``; returns, per copy, None (fetched, ``fetched_files`` finds it) or the error
-    (its partial files removed)."""
+    ``root``, all of them together (see :class:`FetchReport`)."""
+    started = time.time()
     secret = secret_from_env()
     streams, rate = _settings()
     errors: list[KuduError | None] = [None] * len(copies)
@@ -279,6 +292,11 @@ def fetch_served_copies(root: str, copies: Sequence[tuple[FileIO, ServedCopy]]
             errors[k] = _as_kudu(e, copy, None)
     jobs.sort(key=lambda j: -j[4][1])  # largest first: the streams finish together
     lock = threading.Lock()
+    # Segments still to come per file: the stream that lands a file's last segment syncs
+    # it, so the flushes of finished files overlap the transfers of the others.
+    left = {path: 0 for _, path in files}
+    for job in jobs:
+        left[job[3]] += 1
 
     def one(job: tuple[int, ServedCopy, ServedFile, str, tuple[int, int, int]]) -> None:
         k, copy, f, path, seg = job
@@ -286,6 +304,11 @@ def fetch_served_copies(root: str, copies: Sequence[tuple[FileIO, ServedCopy]]
             return
         try:
             _fetch_segment(copy, f, path, seg, secret or b"", rate)
+            with lock:
+                left[path] -= 1
+                last = left[path] == 0
+            if last:
+                _fsync(path)
         except (KuduError, OSError) as e:
             with lock:
                 errors[k] = errors[k] or _as_kudu(e, copy, f)
@@ -294,14 +317,11 @@ def fetch_served_copies(root: str, copies: Sequence[tuple[FileIO, ServedCopy]]
         with ThreadPoolExecutor(min(streams, len(jobs)),
                                 thread_name_prefix="kudu-copy-fetch") as pool:
             list(pool.map(one, jobs))
-    for k, path in files:  # each file synced once, when all its segments are in
-        if errors[k] is None:
+    segmented = {job[3] for job in jobs}
+    for k, path in files:  # empty files (no segment): nothing synced them yet
+        if errors[k] is None and path not in segmented:
             try:
-                fd = os.open(path, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                _fsync(path)
             except OSError as e:
                 errors[k] = _as_kudu(e, copies[k][1], None)
     for k, (io, copy) in enumerate(copies):
@@ -314,7 +334,15 @@ def fetch_served_copies(root: str, copies: Sequence[tuple[FileIO, ServedCopy]]
                 errors[k] = _as_kudu(e, copy, None)
         if errors[k] is not None:
             shutil.rmtree(base, ignore_errors=True)
-    return errors
+    return FetchReport(errors, started, time.time())
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _as_kudu(e: BaseException, copy: ServedCopy, f: ServedFile | None) -> KuduError:

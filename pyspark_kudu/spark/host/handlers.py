@@ -72,6 +72,7 @@ import enum
 import errno
 import json
 import random
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -110,6 +111,7 @@ from pyspark_kudu.spark.host.tabletcopy import (
     drop_copy,
     fetch_copies,
     install_copy,
+    served_copy,
 )
 from pyspark_kudu.spark.host.writers_record import WRITERS_FILE, read_writers, record_writer
 from pyspark_kudu.tablet import Tablet, WriteResult
@@ -206,6 +208,11 @@ class PeerResponse:
     results: tuple[WriteResult, ...] = ()
     installed: bool = False
     replica_failed: bool = False
+    #: Tablet copies (for benchmarks and logs): ``(bytes, started, ended)``, wall clock, of
+    #: the fetch that brought a served copy here (``INSTALL_COPY``: the window of the whole
+    #: task's fetch, shared by the copies it fetched together), or of the source staging its
+    #: copy (``COPY_OUT``), then the seconds of that staging spent flushing the MemRowSet.
+    copy_timing: tuple[float, ...] = ()
 
 
 class _TabletSink:
@@ -263,8 +270,8 @@ def handle_requests(
     """
     out: list[PeerResponse] = []
     installs = [(k, r) for k, r in enumerate(requests) if r.kind == RequestKind.INSTALL_COPY]
-    fetch_errors = dict(zip((k for k, _ in installs), fetch_copies(
-        root, [(r.tablet_id, r.entries) for _, r in installs]), strict=True))
+    errors, (started, ended) = fetch_copies(root, [(r.tablet_id, r.entries) for _, r in installs])
+    fetch_errors = dict(zip((k for k, _ in installs), errors, strict=True))
     for k, req in enumerate(requests):
         try:
             req = _resolved(req, delivered or {})
@@ -272,7 +279,10 @@ def handle_requests(
                 if isinstance(err, DiskFullError):
                     mark_failed(tablet_dir(root, req.tablet_id), f"DiskFullError: {err}")
                 raise err
-            out.append(_handle_one(root, req, host, options))
+            resp = _handle_one(root, req, host, options)
+            if k in fetch_errors and (copy := served_copy(req.entries)) is not None:
+                resp = replace(resp, copy_timing=(float(copy.total_bytes), started, ended))
+            out.append(resp)
         except KuduError as e:
             out.append(PeerResponse(req.tablet_id, req.replica_id, ok=False, host=host,
                                     error=f"{type(e).__name__}: {e}"))
@@ -416,9 +426,13 @@ def _dispatch(
                         if len(e.data) >= WAL_REF_MIN_BYTES else e for e in ents]
             return _ok(req, host, entries=tuple(ents), prev_term=prev_term)
         case RequestKind.COPY_OUT:
+            started = time.time()
             out = copy_out(root, host, req.tablet_id, applier.handle, applied, req.copy_id,
                            served=not req.as_refs)
+            nbytes = out.served.total_bytes if out.served is not None else sum(
+                p.size for p in out.parts)
             return _ok(req, host, entries=out.entries(), last_index=out.index,
+                       copy_timing=(float(nbytes), started, time.time(), out.flush_s),
                        prev_term=out.term,
                        state=replace(_state(storage, applied), conf_state=out.conf_state,
                                      tail=()))

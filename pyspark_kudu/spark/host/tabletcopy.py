@@ -63,6 +63,7 @@ from __future__ import annotations
 import os
 import shutil
 import struct
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import IO, Any
 
@@ -112,17 +113,20 @@ _COPY_IN = COPY_IN_DIR
 
 class CopyOut:
     """What ``COPY_OUT`` answers: the parts' refs (or a served copy's manifest) and the Raft
-    position of the copy."""
+    position of the copy; ``flush_s``: the seconds spent flushing the source's MemRowSet
+    first (a served copy)."""
 
-    __slots__ = ("conf_state", "index", "parts", "served", "term")
+    __slots__ = ("conf_state", "flush_s", "index", "parts", "served", "term")
 
     def __init__(self, parts: Sequence[StagedRef], index: int, term: int,
-                 conf_state: ConfState, served: ServedCopy | None = None) -> None:
+                 conf_state: ConfState, served: ServedCopy | None = None,
+                 flush_s: float = 0.0) -> None:
         self.parts = tuple(parts)
         self.index = index
         self.term = term
         self.conf_state = conf_state
         self.served = served
+        self.flush_s = flush_s
 
     def entries(self) -> tuple[Entry, ...]:
         """The ``INSTALL_COPY`` entries: one manifest (served) or one ref per part."""
@@ -157,11 +161,13 @@ def copy_out(root: str, host: str, tablet_id: str, handle: ReplicaHandle, applie
         # Flushed first: the MemRowSet's rows then travel as a rowset file (linked, not
         # re-encoded), and the target installs files instead of replaying a log tail and
         # writing the same rowset itself.
+        started = time.perf_counter()
         tablet.flush()
+        flush_s = time.perf_counter() - started
         with TabletCopySource(tablet) as src:
             copy = stage_served(handle.io, src, tablet_id, copy_id, source[0], ts_uuid, root,
                                 _framed(src.chunks(with_files=False)))
-        return CopyOut((), applied, term, conf, copy)
+        return CopyOut((), applied, term, conf, copy, flush_s)
     rel_dir = os.path.join(STAGING_DIR, f"copy-{copy_id}")
     out_dir = os.path.join(root, rel_dir)
     make_private_dirs(out_dir)
@@ -221,11 +227,12 @@ def drop_copy(root: str, io: FileIO, copy_id: str) -> None:
 
 
 def fetch_copies(root: str, installs: Sequence[tuple[str, Sequence[Entry]]]
-                 ) -> list[KuduError | None]:
+                 ) -> tuple[list[KuduError | None], tuple[float, float]]:
     """Fetch the served copies among ``installs`` (``INSTALL_COPY`` tablet ids and entries)
-    into their replicas under ``root``, all at once (:func:`copy_fetch.fetch_served_copies`);
-    per install, None (fetched, or not a served copy) or why it failed. Replicas that do
-    not exist here are skipped (their request is refused anyway)."""
+    into their replicas under ``root``, all at once (:func:`copy_fetch.fetch_served_copies`).
+    Returns, per install, None (fetched, or not a served copy) or why it failed; and the
+    fetch's wall-clock start and end (equal if nothing was fetched). Replicas that do not
+    exist here are skipped (their request is refused anyway)."""
     out: list[KuduError | None] = [None] * len(installs)
     todo = []
     for k, (tablet_id, entries) in enumerate(installs):
@@ -233,10 +240,13 @@ def fetch_copies(root: str, installs: Sequence[tuple[str, Sequence[Entry]]]
         io = FileIO(root).child("tablets", tablet_id)
         if copy is not None and io.is_local and io.exists(META_FILE):
             todo.append((k, io, copy))
-    for (k, _, _), err in zip(todo, fetch_served_copies(root, [(io, c) for _, io, c in todo]),
-                              strict=True):
+    if not todo:
+        now = time.time()
+        return out, (now, now)
+    report = fetch_served_copies(root, [(io, c) for _, io, c in todo])
+    for (k, _, _), err in zip(todo, report.errors, strict=True):
         out[k] = err
-    return out
+    return out, (report.started, report.ended)
 
 
 def served_copy(entries: Sequence[Entry]) -> ServedCopy | None:

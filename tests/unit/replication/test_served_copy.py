@@ -213,3 +213,60 @@ def test_a_copy_whose_source_server_is_gone_falls_back_to_the_shuffle(
     assert any(refs_in((), r.entries) for r in installs[1:]), "the retry must use the shuffle"
     assert _rows(roots["ts-d"]) == _rows(roots["ts-a"])
     assert ServedCopy.decode(installs[0].entries[0].data) == served_copy(installs[0].entries)
+
+
+def test_copy_out_and_install_report_when_their_bytes_moved(tmp_path: Path,
+                                                            server: Any) -> None:
+    """The timings the recovery benchmark reads: the source's staging and the target's
+    fetch each say how many bytes they handled and when (wall clock, start <= end)."""
+    roots, out = _copy_out(tmp_path)
+    copy = served_copy(out.entries)
+    assert copy is not None
+    nbytes, started, ended, flush_s = out.copy_timing
+    assert nbytes == copy.total_bytes and started <= ended, out.copy_timing
+    assert 0 <= flush_s <= ended - started, "the MemRowSet's flush is part of the staging"
+    resp = _install(roots, out)
+    assert resp.ok and resp.installed, resp.error
+    fetched, f_started, f_ended = resp.copy_timing
+    assert fetched == copy.total_bytes, "the install must report the bytes it fetched"
+    assert ended <= f_started <= f_ended, "the fetch runs after the staging, and takes time"
+    files = [f for f in copy.files if f.name != TAIL]
+    assert files and all(f.size > 0 for f in files)
+
+
+def test_each_fetched_file_is_synced_once_when_its_last_segment_is_in(
+        tmp_path: Path, server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files are synced by the stream that lands their last segment (so syncs overlap the
+    other transfers), each exactly once, and never before all of its bytes are in."""
+    import google_crc32c
+
+    from pyspark_kudu.spark.host import copy_fetch
+
+    monkeypatch.setattr(copy_fetch, "SEGMENT_BYTES", 1024)  # several segments per file
+    monkeypatch.setenv(copy_fetch.STREAMS_ENV, "3")
+    roots, out = _copy_out(tmp_path)
+    copy = served_copy(out.entries)
+    assert copy is not None and any(len(f.crcs) > 2 for f in copy.files), \
+        "the test needs files of several segments"
+    want = {f.name: f.crcs for f in copy.files}
+    synced: list[tuple[str, bool]] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if f"{os.sep}{COPY_IN_DIR}{os.sep}" in path:
+            name = TAIL if os.path.basename(path) == TAIL else path.split(
+                f"{os.sep}files{os.sep}", 1)[1]
+            with open(path, "rb") as f:
+                data = f.read()
+            crcs = tuple(google_crc32c.value(data[k:k + 1024])
+                         for k in range(0, len(data), 1024))
+            synced.append((name, crcs == want[name]))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    resp = _install(roots, out)
+    assert resp.ok and resp.installed, resp.error
+    names = [n for n, _ in synced]
+    assert sorted(names) == sorted(want), f"each file synced once: {names}"
+    assert all(whole for _, whole in synced), f"a file was synced before all its bytes: {synced}"
