@@ -157,6 +157,14 @@ def test_closest_replica_plans_every_voter_and_tasks_read_followers_leader_only_
             chosen_followers += not r.leader
         assert all(r.location for r in tok.replicas), tok.replicas
     assert chosen_followers == 8  # 2 followers x 4 tablets serve the tasks on their hosts
+    # read_table's tasks are placed by those hosts: the scheduler's preferred locations of
+    # its RDD (through the Arrow map that runs the scans) are each token's replica hosts.
+    sc = kudu.spark.sparkContext
+    rdd = kudu.read_table(spread)._jdf.queryExecution().toRdd()
+    to_java = sc._jvm.scala.jdk.javaapi.CollectionConverters.asJava
+    prefs = [sorted(loc.host() for loc in to_java(sc._jsc.sc().getPreferredLocs(rdd, k)))
+             for k in range(len(rdd.partitions()))]
+    assert prefs == [sorted(t.preferred_hosts()) for t in tokens], prefs
     for tok in kudu.scan_tokens(spread, locality="leader_only"):
         assert [r.leader for r in tok.replicas] == [True]
         assert len(tok.preferred_hosts()) == 1

@@ -71,6 +71,25 @@ def test_predicates_prune_tablets_and_filter_rows(spark: SparkSession, kudu: Kud
     assert sorted(r["v"] for r in proj.collect()) == ["0", "1", "2"]
 
 
+def test_read_table_tasks_prefer_their_tablets_replica_hosts(
+        spark: SparkSession, kudu: KuduContext) -> None:
+    """kudu-spark's KuduRDD: each scan partition prefers the hosts of its token's replicas,
+    through the Arrow map that runs the scans (one partition per token, in token order)."""
+    kudu.create_table("loc", STRUCT, keys=["id"],
+                      partitioning=PartitionSchema((HashDimension(("id",), 3),)))
+    kudu.upsert_rows(spark.createDataFrame([(i, str(i)) for i in range(30)], STRUCT), "loc")
+    tokens = kudu.scan_tokens("loc")
+    df = kudu.read_table("loc")
+    rdd = df._jdf.queryExecution().toRdd()
+    sc = spark.sparkContext
+    to_java = sc._jvm.scala.jdk.javaapi.CollectionConverters.asJava
+    # What the DAG scheduler places tasks by (it follows narrow dependencies to the root).
+    prefs = [sorted(loc.host() for loc in to_java(sc._jsc.sc().getPreferredLocs(rdd, k)))
+             for k in range(len(rdd.partitions()))]
+    assert prefs == [sorted(t.preferred_hosts()) for t in tokens] and all(prefs), prefs
+    assert sorted((r["id"], r["v"]) for r in df.collect()) == [(i, str(i)) for i in range(30)]
+
+
 def test_bad_input_is_refused_with_a_clear_error_and_nothing_is_written(
     spark: SparkSession, kudu: KuduContext,
 ) -> None:
