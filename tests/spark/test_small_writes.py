@@ -178,18 +178,24 @@ def _caller_jobs(spark: SparkSession, write: Callable[[], object]) -> int:
     return len(sc.statusTracker().getJobIdsForGroup(group))
 
 
-def test_a_small_write_of_a_local_dataframe_runs_no_staging_job_and_lands_exactly(
+def test_a_small_write_of_a_driver_side_dataframe_runs_no_staging_job_and_lands_exactly(
         spark: SparkSession, kudu: KuduContext) -> None:
-    """A DataFrame made from an Arrow table (or pandas) is a LocalRelation: the driver encodes
-    its rows and one round carries them. A Python list's DataFrame is an RDD: staging job."""
+    """A DataFrame made from an Arrow table (or pandas) is a LocalRelation, one made from a
+    Python list a parallelized collection: the driver reads and encodes either's rows and one
+    round carries them. A user's ``rdd.map(f)`` under the DataFrame takes the staging job."""
     kudu.create_table("typed", TYPED, keys=["k", "ts", "id"],
                       partitioning=PartitionSchema((HashDimension(("k", "id"), 3),)))
-    rows = _typed_rows(200)
+    rows = _typed_rows(300)
     local = spark.createDataFrame(rows.slice(0, 100))
     assert _caller_jobs(spark, lambda: kudu.upsert_rows(local, "typed")) == 0
-    from_list = spark.createDataFrame(rows.slice(100).to_pylist(), TYPED)
-    assert _caller_jobs(spark, lambda: kudu.upsert_rows(from_list, "typed")) >= 1, \
-        "the control write (an RDD-backed DataFrame) should have run its staging job"
+    from_list = spark.createDataFrame(rows.slice(100, 100).to_pylist(), TYPED)
+    assert _caller_jobs(spark, lambda: kudu.upsert_rows(from_list, "typed")) == 0, \
+        "a list-built DataFrame should have been read in the driver"
+    as_tuples = [tuple(r.values()) for r in rows.slice(200).to_pylist()]
+    mapped = spark.createDataFrame(
+        spark.sparkContext.parallelize(as_tuples, 2).map(lambda t: t), TYPED)
+    assert _caller_jobs(spark, lambda: kudu.upsert_rows(mapped, "typed")) >= 1, \
+        "a DataFrame over a user's map should have run its staging job (f on executors)"
     back = kudu.read_table("typed").select(*TYPED.fieldNames())
     want = spark.createDataFrame(rows.to_pylist(), TYPED)
     assert_df_equality(back.orderBy("id"), want.orderBy("id"), ignore_nullable=True,
@@ -200,12 +206,14 @@ def test_a_small_write_of_a_local_dataframe_runs_no_staging_job_and_lands_exactl
                                   strict=True))
 
 
-def test_a_local_dataframe_over_the_threshold_is_staged_by_a_job(
-        spark: SparkSession, kudu: KuduContext) -> None:
+@pytest.mark.parametrize("build", ["arrow", "list"])
+def test_a_driver_side_dataframe_over_the_threshold_is_staged_by_a_job(
+        spark: SparkSession, kudu: KuduContext, build: str) -> None:
     kudu.create_table("lt", STRUCT, keys=["id"], partitioning=HASHED)
-    local = spark.createDataFrame(pa.table({
-        "id": pa.array(range(2000), pa.int64()),
-        "v": [f"value-{i:06d}" for i in range(2000)]}))
+    table = pa.table({"id": pa.array(range(2000), pa.int64()),
+                      "v": [f"value-{i:06d}" for i in range(2000)]})
+    local = (spark.createDataFrame(table) if build == "arrow"
+             else spark.createDataFrame(table.to_pylist(), STRUCT))
     size = _inline_bytes(kudu, "lt", local, OpType.UPSERT)
     assert _caller_jobs(spark, lambda: kudu.write(local, "lt", "upsert",
                                                   small_write_bytes=size - 1)) >= 1
@@ -213,6 +221,21 @@ def test_a_local_dataframe_over_the_threshold_is_staged_by_a_job(
                                                   small_write_bytes=size)) == 0
     assert_df_equality(kudu.read_table("lt").orderBy("id"), local.orderBy("id"),
                        ignore_nullable=True, ignore_metadata=True)
+
+
+def test_a_list_built_dataframe_without_schema_checks_falls_back_to_spark(
+        spark: SparkSession, kudu: KuduContext) -> None:
+    """Values that only ``verifySchema=False`` lets into a list-built DataFrame (a float in a
+    LongType column) are left to Spark's own conversion, in the staging job: the table gets
+    exactly the rows ``collect()`` shows, whatever Spark made of them."""
+    kudu.create_table("vs", STRUCT, keys=["id"], partitioning=HASHED)
+    odd = spark.createDataFrame([(1.5, "a"), (2, "b")], STRUCT, verifySchema=False)
+    assert _caller_jobs(spark, lambda: kudu.upsert_rows(odd, "vs")) >= 1
+    assert sorted(tuple(r) for r in kudu.read_table("vs").collect()) == \
+        sorted(tuple(r) for r in odd.collect())
+    good = spark.createDataFrame([(7, "c"), (8, "d")], STRUCT, verifySchema=False)
+    assert _caller_jobs(spark, lambda: kudu.upsert_rows(good, "vs")) == 0
+    assert {tuple(r) for r in kudu.read_table("vs").collect()} >= {(7, "c"), (8, "d")}
 
 
 def test_a_local_dataframe_gets_exact_per_row_errors_and_bad_input_writes_nothing(
