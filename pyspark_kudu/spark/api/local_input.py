@@ -11,13 +11,16 @@ Two kinds of DataFrame hold their rows in the driver already:
   whose partitions hold the pickled rows *in the driver JVM*, PySpark's identity re-serializing
   map (a ``PythonRDD``) and three JVM maps that unpickle them into rows of the schema
   (``applySchemaToPythonRDD``). Collecting it would run a job whose every task starts a Python
-  worker; instead the pickled batches are read from the partitions (a few Py4J calls) and
-  unpickled here, and ``StructType.fromInternal`` turns them into the rows ``collect()`` would
-  return. Only that exact lineage qualifies: the ``PythonRDD``'s function must be PySpark's own
-  identity map (a user's ``rdd.map(f)`` pipelines ``f`` into it, and ``f`` is never run in
-  the driver), and any projection or filter on top makes the plan something else. (The
-  function is recognized by its code's qualified name, which needs Python 3.11; on 3.10 such
-  DataFrames take the staging job.)
+  worker; instead the pickled batches are streamed from the partitions over a local socket
+  (as PySpark's own ``collect()`` streams results), unpickled here, and their values, in
+  Spark's internal form (dates as days, timestamps as microseconds, as the JVM receives
+  them), go straight into Arrow arrays. Only that exact lineage qualifies: the
+  ``PythonRDD``'s function must be PySpark's own identity map (a user's ``rdd.map(f)``
+  pipelines ``f`` into it, and ``f`` is never run in the driver), values must have the
+  internal types schema verification guarantees (``verifySchema=False`` can let others in:
+  Spark converts those its own way, in the job), and any projection or filter on top makes
+  the plan something else. (The function is recognized by its code's qualified name, which
+  needs Python 3.11; on 3.10 such DataFrames take the staging job.)
 
 A small write of such a DataFrame is encoded in the driver and replicated in one round: no
 staging job at all (:meth:`~pyspark_kudu.spark.api.writes.WritePath.write`). Whatever this
@@ -44,7 +47,7 @@ from typing import Any
 
 import pyarrow as pa
 from py4j.protocol import Py4JError
-from pyspark.sql import DataFrame, Row
+from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     BinaryType,
@@ -59,10 +62,10 @@ from pyspark.sql.types import (
     LongType,
     ShortType,
     StringType,
-    StructType,
     TimestampNTZType,
     TimestampType,
 )
+from pyspark.util import _create_local_socket
 
 __all__ = ["local_batches"]
 
@@ -77,12 +80,15 @@ _PYTHON_RDD = "org.apache.spark.api.python.PythonRDD"
 _COLLECTION_RDD = "org.apache.spark.rdd.ParallelCollectionRDD"
 _MAP_FUNC = "RDD.map.<locals>.func"
 _IDENTITY = "RDD._reserialize.<locals>.<lambda>"
-# The Python types of the values ``collect()`` returns, per column type (the table's types).
-_PYTHON_TYPES: dict[type[DataType], tuple[type, ...]] = {
-    BooleanType: (bool,), ByteType: (int,), ShortType: (int,), IntegerType: (int,),
-    LongType: (int,), FloatType: (float,), DoubleType: (float,), StringType: (str,),
-    BinaryType: (bytes, bytearray), DecimalType: (decimal.Decimal,), DateType: (dt.date,),
-    TimestampType: (dt.datetime,), TimestampNTZType: (dt.datetime,)}
+_FRAME = struct.Struct("!i")  # PySpark's framing: a big-endian int32 length, then the bytes
+# The Python types of Spark's internal form of a value, per column type (the table's types),
+# as ``createDataFrame``'s schema verification and ``toInternal`` leave them.
+_INTERNAL_TYPES: dict[type[DataType], frozenset[type]] = {
+    kind: frozenset((*types, type(None))) for kind, types in {
+        BooleanType: (bool,), ByteType: (int,), ShortType: (int,), IntegerType: (int,),
+        LongType: (int,), FloatType: (float,), DoubleType: (float,), StringType: (str,),
+        BinaryType: (bytes, bytearray), DecimalType: (decimal.Decimal,), DateType: (int,),
+        TimestampType: (int,), TimestampNTZType: (int,)}.items()}
 
 
 def local_batches(df: DataFrame, max_plan_bytes: int) -> list[pa.RecordBatch] | None:
@@ -90,40 +96,33 @@ def local_batches(df: DataFrame, max_plan_bytes: int) -> list[pa.RecordBatch] | 
     estimated size, or a parallelized Python collection whose pickled size, is at most
     ``max_plan_bytes``); ``None`` otherwise (the caller stages them with a job). Never runs a
     Spark job."""
+    schema = to_arrow_schema(df.schema, timezone="UTC")
     try:
         plan = df._jdf.queryExecution().optimizedPlan()
         kind = plan.getClass().getSimpleName()
-        if kind == "LocalRelation":
-            if int(str(plan.stats().sizeInBytes())) > max_plan_bytes:  # a BigInt
-                return None
-            rows: list[Row] | None = df.collect()  # LocalTableScanExec.executeCollect: no job
-        elif kind == "LogicalRDD":
-            rows = _parallelized_rows(df, plan, max_plan_bytes)
-        else:
+        if kind == "LogicalRDD":
+            return _parallelized_batches(df, plan, max_plan_bytes, schema)
+        if kind != "LocalRelation":
             return None
+        if int(str(plan.stats().sizeInBytes())) > max_plan_bytes:  # a BigInt
+            return None
+        rows = df.collect()  # LocalTableScanExec.executeCollect: no job
     except Py4JError:  # a plan this code does not know how to inspect: take the job
         _log.debug("could not inspect the plan of a DataFrame to write", exc_info=True)
         return None
-    if rows is None:
-        return None
     if not rows:
         return []
-    schema = to_arrow_schema(df.schema, timezone="UTC")
-    try:
-        arrays = [pa.array([_arrow_value(r[i], field.type) for r in rows], type=field.type)
-                  for i, field in enumerate(schema)]
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
-        # Only a collection made with verifySchema=False can hold such values; Spark's own
-        # conversion decides what they become, in the staging job.
-        _log.debug("driver-side rows did not convert to Arrow", exc_info=True)
-        return None
+    arrays = [pa.array([_arrow_value(v, field.type) for v in col], type=field.type)
+              for col, field in zip(zip(*rows, strict=True), schema, strict=True)]
     batches: list[pa.RecordBatch] = pa.Table.from_arrays(arrays, schema=schema).to_batches()
     return batches
 
 
-def _parallelized_rows(df: DataFrame, plan: Any, max_bytes: int) -> list[Row] | None:
+def _parallelized_batches(df: DataFrame, plan: Any, max_bytes: int, schema: pa.Schema
+                          ) -> list[pa.RecordBatch] | None:
     """The rows of a ``createDataFrame(list)`` plan read from the driver JVM, or ``None`` if
-    ``plan`` is not exactly that lineage or holds more than ``max_bytes`` pickled bytes."""
+    ``plan`` is not exactly that lineage, holds more than ``max_bytes`` pickled bytes or
+    values its schema's verification would have refused."""
     rdd = plan.rdd()
     for _ in range(_JVM_MAPS):
         deps = rdd.dependencies()
@@ -140,40 +139,68 @@ def _parallelized_rows(df: DataFrame, plan: Any, max_bytes: int) -> list[Row] | 
     if deserializer is None:
         return None
     framed = io.BytesIO()
-    size = 0
+    budget = max_bytes
+    jvm = df.sparkSession.sparkContext._jvm
+    assert jvm is not None
     for part in source.partitions():
-        records = part.iterator()
-        while records.hasNext():
-            record = bytes(records.next())
-            size += len(record)
-            if size > max_bytes:
-                return None
-            framed.write(struct.pack("!i", len(record)))
-            framed.write(record)
+        # Streamed over a local socket as PySpark's own collect() streams results: fetching
+        # each pickled record through Py4J would convert it byte by byte (~1 us per byte).
+        sock_info = jvm.org.apache.spark.api.python.PythonRDD.serveIterator(
+            part.iterator(), "pyspark-kudu driver-side rows")
+        budget = _read_frames(sock_info, framed, budget)
+        if budget < 0:
+            return None
     framed.seek(0)
-    from_internal = df.schema.fromInternal
-    try:
-        rows = [from_internal(obj) for obj in deserializer.load_stream(framed)]
-    except (TypeError, ValueError, AttributeError, IndexError, OverflowError):
-        rows = None
-    if rows is None or not _typed_as_schema(rows, df.schema):
-        # Only a collection made with verifySchema=False can hold such values (a float in a
-        # LongType column): Spark's own conversion decides what they become, in the job.
-        _log.debug("driver-side rows do not have their schema's types")
+    # Spark's internal form of each row (``StructType.toInternal``): a tuple per row with
+    # dates as days and timestamps as microseconds since the epoch, what the JVM's
+    # conversion receives too.
+    rows = list(deserializer.load_stream(framed))
+    if not rows:
+        return []
+    fields = df.schema.fields
+    if set(map(type, rows)) != {tuple} or set(map(len, rows)) != {len(fields)}:
         return None
-    return rows
+    arrays = []
+    try:
+        for col, field, arrow in zip(zip(*rows, strict=True), fields, schema, strict=True):
+            kind = type(field.dataType)
+            if not set(map(type, col)) <= _INTERNAL_TYPES.get(kind, frozenset()):
+                return None  # only createDataFrame(..., verifySchema=False) lets such in
+            if kind is DateType:
+                arrays.append(pa.array(col, pa.int32()).cast(arrow.type))
+            elif kind in (TimestampType, TimestampNTZType):
+                arrays.append(pa.array(col, pa.int64()).cast(arrow.type))
+            else:
+                arrays.append(pa.array(col, type=arrow.type))
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        # A value out of its type's range, or a decimal with more digits than its scale:
+        # Spark's own conversion decides what they become, in the staging job.
+        _log.debug("driver-side rows did not convert to Arrow", exc_info=True)
+        return None
+    batches: list[pa.RecordBatch] = pa.Table.from_arrays(arrays, schema=schema).to_batches()
+    return batches
 
 
-def _typed_as_schema(rows: list[Row], schema: StructType) -> bool:
-    """Whether every value is None or of the Python type ``collect()`` returns for its
-    column (what ``createDataFrame``'s schema verification guarantees)."""
-    for i, field in enumerate(schema.fields):
-        allowed = _PYTHON_TYPES.get(type(field.dataType))
-        if allowed is None:
-            return False
-        if any(r[i] is not None and type(r[i]) not in allowed for r in rows):
-            return False
-    return True
+def _read_frames(sock_info: Any, out: io.BytesIO, budget: int) -> int:
+    """Copy the length-framed records served at ``sock_info`` to ``out`` while they fit
+    ``budget`` bytes; returns the budget left (negative: they did not fit, reading stopped)."""
+    sockfile, sock = _create_local_socket(sock_info)
+    try:
+        while True:
+            head = sockfile.read(_FRAME.size)
+            if len(head) < _FRAME.size:
+                return budget  # the end of the partition
+            (n,) = _FRAME.unpack(head)
+            if n < 0:  # PySpark's end-of-data marker; no other special length is sent here
+                return budget
+            budget -= n
+            if budget < 0:
+                return budget
+            out.write(head)
+            out.write(sockfile.read(n))
+    finally:
+        sockfile.close()
+        sock.close()
 
 
 def _identity_map_input(python_rdd: Any) -> Any | None:

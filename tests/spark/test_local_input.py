@@ -1,0 +1,107 @@
+"""Driver-side rows of a write (pyspark_kudu.spark.api.local_input): a list-built or Arrow-built
+DataFrame's rows are read in the driver with no Spark job, exactly as Spark would convert
+them; anything else is left to the staging job (``None``)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    ByteType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from pyspark_kudu.spark.api.local_input import local_batches
+
+ALL = StructType([
+    StructField("id", LongType(), False), StructField("i", IntegerType()),
+    StructField("b", ByteType()), StructField("f", FloatType()), StructField("d", DoubleType()),
+    StructField("s", StringType()), StructField("bin", BinaryType()),
+    StructField("ok", BooleanType()), StructField("dec", DecimalType(10, 2)),
+    StructField("day", DateType()), StructField("ts", TimestampType()),
+    StructField("ntz", TimestampNTZType())])
+
+
+def _rows(n: int) -> list[tuple[object, ...]]:
+    base = dt.datetime(2026, 10, 25, 0, 30, tzinfo=dt.timezone.utc)
+    return [(i, None if i % 5 == 0 else i * 1000, i % 100, i / 4, i * 0.5, f"s{i}",
+             None if i % 3 == 0 else bytes([i % 256]) * (i % 4), i % 2 == 0,
+             decimal.Decimal(i) / 4, dt.date(2026, 1, 1) + dt.timedelta(days=i),
+             base + dt.timedelta(minutes=29 * i), dt.datetime(2026, 3, 29, 1, 30) +
+             dt.timedelta(seconds=i)) for i in range(n)]
+
+
+def _jobs(spark: SparkSession, fn: object) -> int:
+    sc = spark.sparkContext
+    before = len(sc.statusTracker().getJobIdsForGroup(None))  # type: ignore[arg-type]
+    fn()  # type: ignore[operator]
+    return len(sc.statusTracker().getJobIdsForGroup(None)) - before  # type: ignore[arg-type]
+
+
+def test_a_list_built_dataframe_is_read_as_spark_converts_it_without_a_job(
+        spark: SparkSession) -> None:
+    df = spark.createDataFrame(_rows(3000), ALL)
+    got: list[pa.RecordBatch] | None = []
+    assert _jobs(spark, lambda: got.extend(local_batches(df, 1 << 30) or [None])) == 0
+    assert got and None not in got
+    # What Spark's own conversion gives (a job, run here only to compare).
+    want = df.toArrow()
+    table = pa.Table.from_batches(got)
+    assert table.schema.names == want.schema.names
+    for name in want.schema.names:
+        assert table.column(name).to_pylist() == want.column(name).to_pylist(), name
+
+
+@pytest.mark.parametrize("build", ["list", "arrow"])
+def test_rows_beyond_the_budget_are_left_to_the_job(spark: SparkSession, build: str) -> None:
+    rows = [(i, f"value-{i:08d}") for i in range(5000)]
+    schema = StructType([StructField("id", LongType(), False), StructField("v", StringType())])
+    df = (spark.createDataFrame(rows, schema) if build == "list" else
+          spark.createDataFrame(pa.table({"id": pa.array([r[0] for r in rows], pa.int64()),
+                                           "v": [r[1] for r in rows]})))
+    assert local_batches(df, 10_000) is None
+    batches = local_batches(df, 1 << 30)
+    assert batches is not None
+    assert sum(b.num_rows for b in batches) == 5000
+
+
+def test_transformed_or_mapped_dataframes_are_left_to_the_job(spark: SparkSession) -> None:
+    schema = StructType([StructField("id", LongType(), False)])
+    base = spark.createDataFrame([(i,) for i in range(10)], schema)
+    assert local_batches(base.where("id > 3"), 1 << 30) is None
+    assert local_batches(base.coalesce(1), 1 << 30) is None
+    mapped = spark.createDataFrame(
+        spark.sparkContext.parallelize([(i,) for i in range(10)]).map(lambda t: (t[0] + 1,)),
+        schema)
+    assert local_batches(mapped, 1 << 30) is None
+
+
+@pytest.mark.parametrize("rows", [[(1.5, "a")], [(300, "a")], [(1, 2)]],
+                         ids=["float-in-byte", "out-of-range", "int-in-string"])
+def test_values_only_verify_schema_false_lets_in_become_what_spark_makes_of_them(
+        spark: SparkSession, rows: list[tuple[object, ...]]) -> None:
+    """Spark turns 1.5 in a ByteType column into 0 and 300 into 44 (and 2 in a string column
+    into "2"): whatever the driver reads must be exactly that, or be left to the job."""
+    schema = StructType([StructField("id", ByteType(), False), StructField("v", StringType())])
+    df = spark.createDataFrame(rows, schema, verifySchema=False)
+    got = local_batches(df, 1 << 30)
+    if got is not None:
+        assert pa.Table.from_batches(got).to_pylist() == df.toArrow().to_pylist()
+    if isinstance(rows[0][0], float) or rows[0][0] == 300:
+        assert got is None, "a value Spark converts its own way was read in the driver"
