@@ -109,7 +109,12 @@ from pyspark_kudu.spark.host.replica_reader import (
     TabletScan,
     read_tablet_refreshing,
 )
-from pyspark_kudu.spark.replication.session_client import SessionAddress, SessionClient, TableInfo
+from pyspark_kudu.spark.replication.session_client import (
+    SessionAddress,
+    SessionClient,
+    TableInfo,
+    read_point_replicas,
+)
 from pyspark_kudu.tablet import OpType
 
 __all__ = [
@@ -508,12 +513,9 @@ class KuduScanReader(DataSourceReader):
             for pidx in pruned:
                 tid = info.tablets[pidx].tablet_id
                 ts, index, term = points[tid]
-                # The leader replica first; with the point's term, the other voters too
-                # (any replica whose log holds that entry at that term may serve it).
-                others = [self._choice(r, False) for r in info.tablets[pidx].replicas
-                          if r != ts] if term is not None else []
-                out.append(self._token(tid, [self._choice(ts, True), *others], None, index,
-                                       True, commit_term=term))
+                chosen = [self._choice(r, lead) for r, lead in
+                          read_point_replicas(ts, info.tablets[pidx].replicas, term)]
+                out.append(self._token(tid, chosen, None, index, True, commit_term=term))
             return out
         for pidx in pruned:
             t = info.tablets[pidx]

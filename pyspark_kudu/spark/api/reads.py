@@ -42,6 +42,7 @@ from pyspark_kudu.spark.replication.session_client import (
     ReadPoint,
     SessionAddress,
     SessionClient,
+    read_point_replicas,
 )
 from pyspark_kudu.spark.replication.spark_rounds import SparkTransport, TabletServerLocation
 
@@ -152,11 +153,7 @@ def scan_tokens(kudu: ScanClient, name: str, columns: Sequence[str] | None,
         voters = [r.ts_uuid for r in tablet.replicas
                   if r.member_type is MemberType.VOTER and r.ts_uuid not in unreachable]
         if require:
-            # The leader replica first; with the point's term, any voter whose log holds
-            # that entry serves it as well (Log Matching: its prefix is the committed one),
-            # so a failed or unreachable leader replica does not fail the read.
-            chosen = [choice(leader, True)] + ([choice(v, False) for v in voters if v != leader]
-                                               if term is not None else [])
+            chosen = [choice(ts, lead) for ts, lead in read_point_replicas(leader, voters, term)]
         elif locality == "leader_only" and leader:
             chosen = [choice(leader, True)]
         else:

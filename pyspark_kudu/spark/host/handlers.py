@@ -111,7 +111,6 @@ from pyspark_kudu.spark.host.tabletcopy import (
     drop_copy,
     fetch_copies,
     install_copy,
-    served_copy,
 )
 from pyspark_kudu.spark.host.writers_record import WRITERS_FILE, read_writers, record_writer
 from pyspark_kudu.tablet import Tablet, WriteResult
@@ -270,18 +269,20 @@ def handle_requests(
     """
     out: list[PeerResponse] = []
     installs = [(k, r) for k, r in enumerate(requests) if r.kind == RequestKind.INSTALL_COPY]
-    errors, (started, ended) = fetch_copies(root, [(r.tablet_id, r.entries) for _, r in installs])
-    fetch_errors = dict(zip((k for k, _ in installs), errors, strict=True))
+    fetches, (started, ended) = fetch_copies(root,
+                                             [(r.tablet_id, r.entries) for _, r in installs])
+    fetched = dict(zip((k for k, _ in installs), fetches, strict=True))
     for k, req in enumerate(requests):
         try:
             req = _resolved(req, delivered or {})
-            if (err := fetch_errors.get(k)) is not None:  # a served copy not fetched
-                if isinstance(err, DiskFullError):
+            fetch = fetched.get(k)
+            if fetch is not None and (err := fetch.error) is not None:  # a served copy
+                if isinstance(err, DiskFullError):                     # not fetched
                     mark_failed(tablet_dir(root, req.tablet_id), f"DiskFullError: {err}")
                 raise err
             resp = _handle_one(root, req, host, options)
-            if k in fetch_errors and (copy := served_copy(req.entries)) is not None:
-                resp = replace(resp, copy_timing=(float(copy.total_bytes), started, ended))
+            if fetch is not None and fetch.total_bytes is not None:
+                resp = replace(resp, copy_timing=(float(fetch.total_bytes), started, ended))
             out.append(resp)
         except KuduError as e:
             out.append(PeerResponse(req.tablet_id, req.replica_id, ok=False, host=host,

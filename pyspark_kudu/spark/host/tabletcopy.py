@@ -65,6 +65,7 @@ import shutil
 import struct
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from typing import IO, Any
 
 import google_crc32c
@@ -102,8 +103,8 @@ from pyspark_kudu.tablet.copy import CopyChunk, TabletCopySource, install_tablet
 from pyspark_kudu.tablet.superblock import SUPERBLOCK_FILE
 from pyspark_kudu.wal.meta import META_FILE
 
-__all__ = ["COPYING_FILE", "PART_BYTES", "CopyOut", "copy_out", "drop_copy", "fetch_copies",
-           "install_copy", "part_refs", "served_copy"]
+__all__ = ["COPYING_FILE", "PART_BYTES", "CopyFetch", "CopyOut", "copy_out", "drop_copy",
+           "fetch_copies", "install_copy", "part_refs", "served_copy"]
 
 PART_BYTES = 64 << 20
 COPYING_FILE = "copying"
@@ -226,26 +227,38 @@ def drop_copy(root: str, io: FileIO, copy_id: str) -> None:
     drop_served(io, copy_id)
 
 
+@dataclass(frozen=True)
+class CopyFetch:
+    """What :func:`fetch_copies` did for one ``INSTALL_COPY``: why its fetch failed (None:
+    fetched, or nothing to fetch) and, for a served copy, its manifest's total bytes."""
+
+    error: KuduError | None = None
+    total_bytes: int | None = None
+
+
 def fetch_copies(root: str, installs: Sequence[tuple[str, Sequence[Entry]]]
-                 ) -> tuple[list[KuduError | None], tuple[float, float]]:
+                 ) -> tuple[list[CopyFetch], tuple[float, float]]:
     """Fetch the served copies among ``installs`` (``INSTALL_COPY`` tablet ids and entries)
     into their replicas under ``root``, all at once (:func:`copy_fetch.fetch_served_copies`).
-    Returns, per install, None (fetched, or not a served copy) or why it failed; and the
-    fetch's wall-clock start and end (equal if nothing was fetched). Replicas that do not
-    exist here are skipped (their request is refused anyway)."""
-    out: list[KuduError | None] = [None] * len(installs)
+    Returns a :class:`CopyFetch` per install, and the fetch's wall-clock start and end
+    (equal if nothing was fetched). Replicas that do not exist here are skipped (their
+    request is refused anyway)."""
+    out = [CopyFetch()] * len(installs)
     todo = []
     for k, (tablet_id, entries) in enumerate(installs):
         copy = served_copy(entries)
+        if copy is None:
+            continue
+        out[k] = CopyFetch(total_bytes=copy.total_bytes)
         io = FileIO(root).child("tablets", tablet_id)
-        if copy is not None and io.is_local and io.exists(META_FILE):
+        if io.is_local and io.exists(META_FILE):
             todo.append((k, io, copy))
     if not todo:
         now = time.time()
         return out, (now, now)
     report = fetch_served_copies(root, [(io, c) for _, io, c in todo])
     for (k, _, _), err in zip(todo, report.errors, strict=True):
-        out[k] = err
+        out[k] = replace(out[k], error=err)
     return out, (report.started, report.ended)
 
 

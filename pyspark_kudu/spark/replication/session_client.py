@@ -50,6 +50,7 @@ __all__ = [
     "TabletInfo",
     "decode_error",
     "encode_error",
+    "read_point_replicas",
 ]
 
 _CONNECT_TIMEOUT_S = 10.0
@@ -59,6 +60,17 @@ ReadPoint = tuple[str, int, "int | None"]
 """A linearizable read point of one tablet: the leader replica, the index of an empty entry
 committed after the read began, and that entry's term (None from an older peer: then only
 the leader replica may serve the read)."""
+
+
+def read_point_replicas(leader: str, voters: Sequence[str], term: int | None
+                        ) -> list[tuple[str, bool]]:
+    """The replicas that may serve a linearizable read at a point of ``leader`` (each with
+    whether it is the leader), in the order a scan tries them: the leader replica first;
+    with the point's ``term``, the other ``voters`` too -- any replica whose log holds that
+    entry at that term has the committed prefix (Log Matching), so a failed or unreachable
+    leader replica does not fail the read. Without a term only the leader may serve it."""
+    others = [(v, False) for v in voters if v != leader] if term is not None else []
+    return [(leader, True), *others]
 
 
 @dataclass(frozen=True)
