@@ -4,10 +4,11 @@ Every figure is a write as the user makes it, returned to the caller: a DataFram
 through ``KuduContext.upsert_rows`` or ``df.write.format("kudu")`` into an RF=3 table of
 ``--table-rows`` rows (6 hash tablets, 5 columns), with the p50 of ``--writes`` repetitions.
 
-1. **Small-write latency**: a 1-row upsert (both APIs; ``upsert_rows`` also of the same row
-   in a DataFrame built from an Arrow table, which is local: no staging job) against an
-   *empty* 3-task barrier stage pinned to the written tablet's replica hosts (the floor any
-   round pays), interleaved one by one so all see the same machine load. Goal: <= 1.5x.
+1. **Small-write latency**: a 1-row upsert (both APIs; ``upsert_rows`` of a DataFrame built
+   from a Python list and of one built from an Arrow table, both read in the driver: no
+   staging job) against an *empty* 3-task barrier stage pinned to the written tablet's
+   replica hosts (the floor any round pays), interleaved one by one so all see the same
+   machine load. Goal: <= 1.5x.
 2. **Size ladder**: 100, 1,000, 10,000 and 100,000-row upserts on the small-write path
    (batches inside the Raft entries) and on the staged path (staging files and a shuffle),
    which is how the default ``kudu.smallWriteBytes`` was chosen.
@@ -273,7 +274,7 @@ def _report(r: dict[str, Any]) -> None:
     print(f"empty 3-task barrier stage p50: {lat['empty_barrier_p50_s'] * 1000:8.1f} ms")
     print(f"1-row upsert_rows p50:          {lat['upsert_rows_1_p50_s'] * 1000:8.1f} ms "
           f"-> {lat['upsert_rows_1_vs_empty']:.2f}x (goal <= 1.5x)")
-    print(f"1-row upsert_rows p50, Arrow-built DataFrame (local, no staging job): "
+    print(f"1-row upsert_rows p50, Arrow-built DataFrame: "
           f"{lat['upsert_rows_1_local_p50_s'] * 1000:8.1f} ms "
           f"-> {lat['upsert_rows_1_local_vs_empty']:.2f}x")
     print(f"1-row format(kudu) p50:         {lat['format_kudu_1_p50_s'] * 1000:8.1f} ms "
