@@ -51,7 +51,11 @@ from pyspark_kudu.spark.host.dataplane import (
     staging_schema,
 )
 from pyspark_kudu.spark.replication.lease_keeper import LeaseKeeper, by_holder
-from pyspark_kudu.spark.replication.multitablet import UncommittedError, elect_all
+from pyspark_kudu.spark.replication.multitablet import (
+    UncommittedError,
+    elect_all,
+    spread_leaders,
+)
 from pyspark_kudu.spark.replication.session_client import (
     ReadPoint,
     SessionAddress,
@@ -519,8 +523,9 @@ class WritePath(RideThrough):
                        and (self._leaders.get(t.tablet_id) is None
                             or self._leaders[t.tablet_id].node is None)]
             unreachable = self.transport.unreachable() | exclude
-            candidates = {t.tablet_id: [v for v in t.voters if v not in unreachable]
-                          for t in missing}
+            candidates = spread_leaders(
+                {t.tablet_id: [v for v in t.voters if v not in unreachable] for t in missing},
+                [lead.leader_id for lead in self._leaders.values() if lead.node is not None])
             voters = {t.tablet_id: t.voters for t in missing}
             errors: dict[str, KuduError] = {}
             while candidates:

@@ -34,7 +34,7 @@ from pyspark_kudu.spark.replication.peer_transport import (
 from pyspark_kudu.tablet import WriteResult
 
 __all__ = ["RoundLeader", "UncommittedError", "collect_results", "elect_all", "replicate",
-           "run_round"]
+           "run_round", "spread_leaders"]
 
 
 class UncommittedError(RoundFailedError):
@@ -106,6 +106,31 @@ class RoundLeader(Protocol):
 
 
 L = TypeVar("L", bound=RoundLeader)
+
+
+def spread_leaders(candidates: Mapping[str, Sequence[str]], leading: Sequence[str] = ()
+                   ) -> dict[str, list[str]]:
+    """Each tablet's candidate replicas (tablet server uuids), reordered so that the first
+    candidates spread the leaderships over the servers: tablets in order, each puts first
+    the candidate whose server leads the fewest tablets so far (``leading``: the servers of
+    the leaderships already held, one item per tablet), ties kept in the given order.
+
+    A leader's replica applies committed entries a round before its followers and answers
+    per-row results (:func:`collect_results`), and serves linearizable reads: leaders piled
+    on one host make that host's task the slowest of every results round and its server the
+    busiest. The later candidates keep their order: tried only if the first cannot win."""
+    load: dict[str, int] = {}
+    for ts in leading:
+        load[ts] = load.get(ts, 0) + 1
+    out: dict[str, list[str]] = {}
+    for tid, cands in candidates.items():
+        order = list(cands)
+        if order:
+            first = min(range(len(order)), key=lambda i: (load.get(order[i], 0), i))
+            order.insert(0, order.pop(first))
+            load[order[0]] = load.get(order[0], 0) + 1
+        out[tid] = order
+    return out
 
 
 def elect_all(transport: PeerTransport, leaders: Sequence[L]
