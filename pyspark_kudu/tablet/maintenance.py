@@ -19,6 +19,14 @@ stays fast after updates without anyone asking:
 - **Flush**: a replica with applied but unflushed entries is flushed once it has been idle
   (no new entries) for ``flush_idle_s``: its MemRowSet leaves memory and a process that
   reopens it replays nothing.
+- **Writes first**: a replica that applied entries within the last ``busy_s`` is being
+  written. A compaction runs under the replica's lock, so the writes' applies wait for it,
+  and on a host with one core it takes the CPU the writes need: while a replica is being
+  written only a stack at least ``busy_min_stack`` high is merged (its lookups would
+  otherwise slow the writes down more than the merge does), and delta compactions wait.
+  Measured: during a 10M-row ingest into 6 tablets on 6 one-core hosts, compactions of the
+  rowsets the ingest had just flushed took about half of the tablet servers' busy time, and
+  the insert's per-row results round took 38-48 s instead of ~10 s.
 
 Thread-safety: pure functions over immutable values.
 """
@@ -42,6 +50,8 @@ class MaintenancePolicy:
     budget_bytes: int = 128 << 20
     flush_idle_s: float = 30.0
     history_max_age_s: float = 900.0  # Kudu's --tablet_history_max_age_sec
+    busy_s: float = 10.0
+    busy_min_stack: int = 8
 
     def __post_init__(self) -> None:
         if not 0 < self.delta_ratio <= 1:
@@ -50,8 +60,11 @@ class MaintenancePolicy:
             raise ValueError(f"min_stack must be at least 2, got {self.min_stack}")
         if self.budget_bytes < 1:
             raise ValueError(f"budget_bytes must be positive, got {self.budget_bytes}")
-        if self.flush_idle_s < 0 or self.history_max_age_s < 0:
-            raise ValueError("flush_idle_s and history_max_age_s must not be negative")
+        if self.flush_idle_s < 0 or self.history_max_age_s < 0 or self.busy_s < 0:
+            raise ValueError("flush_idle_s, history_max_age_s and busy_s must not be negative")
+        if self.busy_min_stack < self.min_stack:
+            raise ValueError(f"busy_min_stack must be at least min_stack ({self.min_stack}), "
+                             f"got {self.busy_min_stack}")
 
 
 def delta_ratio(meta: RowSetMeta) -> float:
@@ -79,16 +92,18 @@ def overlap_stacks(rowsets: Sequence[RowSetMeta]) -> list[list[RowSetMeta]]:
     return out
 
 
-def choose_compaction(rowsets: Sequence[RowSetMeta], policy: MaintenancePolicy
-                      ) -> tuple[int, ...]:
+def choose_compaction(rowsets: Sequence[RowSetMeta], policy: MaintenancePolicy, *,
+                      busy: bool = False) -> tuple[int, ...]:
     """The ids of the rowsets to merge next (empty: nothing worth it).
 
     The tallest overlapping stack first: as many of its rowsets as fit the budget, smallest
     first (the fresh flushes; merging k of them lowers the stack by k - 1, size-tiered),
     at least two. Else the rowset with the largest delta ratio over the threshold that
-    fits the budget.
+    fits the budget. ``busy``: the replica is being written (module docstring): only a
+    stack of ``busy_min_stack`` or more, no delta compaction.
     """
-    stacks = sorted((s for s in overlap_stacks(rowsets) if len(s) >= policy.min_stack),
+    least = policy.busy_min_stack if busy else policy.min_stack
+    stacks = sorted((s for s in overlap_stacks(rowsets) if len(s) >= least),
                     key=len, reverse=True)
     for stack in stacks:
         chosen: list[RowSetMeta] = []
@@ -100,6 +115,8 @@ def choose_compaction(rowsets: Sequence[RowSetMeta], policy: MaintenancePolicy
             spent += m.size_bytes
         if len(chosen) >= 2:
             return tuple(sorted(m.id for m in chosen))
+    if busy:
+        return ()
     dead = [m for m in rowsets if delta_ratio(m) >= policy.delta_ratio
             and m.size_bytes <= policy.budget_bytes]
     if dead:

@@ -3,7 +3,10 @@
 Each cycle (every ``interval_s``) visits the replicas under the data roots this server has
 served, and runs at most one bounded operation per replica and ``max_ops`` per cycle, as
 :mod:`pyspark_kudu.tablet.maintenance` chooses: a compaction of overlapping rowsets or of a
-rowset full of ended versions, or a flush of an idle replica's MemRowSet. An operation runs
+rowset full of ended versions, or a flush of an idle replica's MemRowSet. A replica whose
+applied index moved within the last ``busy_s`` (or that this server has not watched that
+long) is being written: it gets only the compaction of a tall stack (writes first, see that
+module). An operation runs
 under the replica's lock (``flock``: writes and scan planning on the replica wait for it,
 scans already streaming do not), marks the replica changed for other processes' caches
 first, and publishes its result with the tablet's atomic superblock replace, so a crash at
@@ -61,11 +64,12 @@ class MaintenanceOp:
 
 def maintain_replica(root: str, tablet_id: str, policy: MaintenancePolicy, *,
                      history_mark: int | None = None, flush: bool = False,
-                     compact: bool = True, options: WalOptions | None = None
-                     ) -> MaintenanceOp | None:
+                     compact: bool = True, busy: bool = False,
+                     options: WalOptions | None = None) -> MaintenanceOp | None:
     """Run the next maintenance operation of one replica, if any is due (module docstring).
     ``flush``: the replica has been idle long enough to flush its MemRowSet (or memory is
-    short); ``compact=False``: flush only."""
+    short); ``compact=False``: flush only; ``busy``: the replica is being written (see
+    :func:`~pyspark_kudu.tablet.maintenance.choose_compaction`)."""
     io = tablet_dir(root, tablet_id)
     if (not io.exists(SUPERBLOCK_FILE) or failed_reason(io) is not None
             or io.exists(COPYING_FILE)):
@@ -73,7 +77,7 @@ def maintain_replica(root: str, tablet_id: str, policy: MaintenancePolicy, *,
     t0 = time.perf_counter()
     with open_replica(root, io, tablet_id, options, mutate=False) as h:
         sb = Superblock.load(io)
-        ids = choose_compaction(sb.rowsets, policy) if compact else ()
+        ids = choose_compaction(sb.rowsets, policy, busy=busy) if compact else ()
         applied = read_applied(io)
         if not ids and not (flush and applied > sb.last_flushed_index):
             return None
@@ -125,12 +129,14 @@ class MaintenanceManager:
         del obs[:old[-1]]  # keep the newest old-enough observation and everything after
         return obs[0][1]
 
-    def _idle(self, key: tuple[str, str], applied: int, now: float) -> bool:
+    def _quiet(self, key: tuple[str, str], applied: int, now: float) -> float | None:
+        """Seconds since the replica's applied index last changed (0 if it changed since
+        the last cycle), ``None`` on the first observation."""
         last = self._changed.get(key)
         if last is None or last[0] != applied:
             self._changed[key] = (applied, now)
-            return self.policy.flush_idle_s == 0
-        return now - last[1] >= self.policy.flush_idle_s
+            return None if last is None else 0.0
+        return now - last[1]
 
     def _pressured(self, roots: dict[str, WalOptions | None]) -> list[MaintenanceOp]:
         """Flush the largest MemRowSets this process holds while they exceed half of its
@@ -155,9 +161,12 @@ class MaintenanceManager:
         key = (root, tid)
         applied = read_applied(tablet_dir(root, tid))
         now = self._clock()
+        quiet = self._quiet(key, applied, now)
         return maintain_replica(root, tid, self.policy,
                                 history_mark=self._mark(key, applied, now),
-                                flush=self._idle(key, applied, now), options=options)
+                                flush=(quiet or 0.0) >= self.policy.flush_idle_s,
+                                busy=(quiet or 0.0) < self.policy.busy_s,
+                                options=options)
 
     def _attempt(self, root: str, tid: str, op: Callable[[], MaintenanceOp | None]
                  ) -> MaintenanceOp | None:

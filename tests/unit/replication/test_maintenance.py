@@ -144,7 +144,7 @@ def test_maintenance_compacts_overlapping_rowsets_in_the_background_and_rows_sta
     root, _ = stacked
     before = _rows(root)
     assert len(_rowsets(root)) == 8
-    manager = MaintenanceManager(MaintenancePolicy(flush_idle_s=0), interval_s=0.05)
+    manager = MaintenanceManager(MaintenancePolicy(flush_idle_s=0, busy_s=0), interval_s=0.05)
     manager.note(root)
     manager.start()
     try:
@@ -301,3 +301,37 @@ def test_memory_pressure_flushes_the_largest_memrowsets_first(
         assert len(sb.rowsets) == 1, tid  # its MemRowSet is on disk now
     assert not Superblock.load(tablet_dir(root, "t1")).rowsets
     clear_cache()
+
+
+# -- writes first ----------------------------------------------------------------------------
+def test_a_replica_being_written_gets_only_tall_stacks_merged() -> None:
+    policy = MaintenancePolicy(busy_min_stack=4, delta_ratio=0.1)
+    three = [_meta(i, 0, 100) for i in (1, 2, 3)]
+    dead = [_meta(9, 500, 600, rows=100, dead=50)]
+    assert choose_compaction(three, policy) == (1, 2, 3)
+    assert choose_compaction(three + dead, policy, busy=True) == ()
+    assert choose_compaction(dead, policy) == (9,)
+    four = [*three, _meta(4, 50, 60)]
+    assert choose_compaction(four + dead, policy, busy=True) == (1, 2, 3, 4)
+    with pytest.raises(ValueError, match="busy_min_stack"):
+        MaintenancePolicy(min_stack=3, busy_min_stack=2)
+
+
+def test_maintenance_waits_for_writes_to_pause_before_merging(
+        stacked: tuple[str, TabletLeader]) -> None:
+    root, lead = stacked
+    now = [1000.0]
+    manager = MaintenanceManager(MaintenancePolicy(busy_s=10, busy_min_stack=9,
+                                                   flush_idle_s=3600), clock=lambda: now[0])
+    manager.note(root)
+    assert manager.run_once() == []  # first look: not watched for busy_s yet, so it waits
+    now[0] += 5
+    lead.propose([_batch(range(10), "busy")])
+    lead.heartbeat()
+    now[0] += 6
+    assert manager.run_once() == [] and len(_rowsets(root)) == 8  # just written: waits
+    now[0] += 9
+    assert manager.run_once() == []  # written 9 s ago
+    now[0] += 2
+    (op,) = manager.run_once()  # quiet for 11 s: the 8 overlapping rowsets are merged
+    assert op.kind == "compact" and len(op.rowsets) == 8
