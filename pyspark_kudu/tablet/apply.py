@@ -17,8 +17,9 @@ DELETE_IGNORE    end the live version          nothing
 A new version is a full row image: supplied columns from the batch, missing columns from the
 old version on the update path and from the column default (or null) on the insert path.
 
-The batch is processed with whole-array operations: one dict probe per row for the
-MemRowSet, one lookup per candidate rowset, masks per op type. A rowset is a candidate if the
+The batch is processed with whole-array operations: the MemRowSet's sorted key runs
+(:mod:`.memrowset`) and each candidate rowset are searched for all keys at once, and masks
+select per op type; no Python object is made per row. A rowset is a candidate if the
 batch's first-key range overlaps its own and its bloom filter (:mod:`.bloom`) admits some of
 the keys; only those keys are looked up, and a rowset whose filter rules out every key is not
 read at all -- inserting fresh keys then reads no key index.
@@ -63,7 +64,7 @@ import pyarrow.compute as pc
 from pyspark_kudu.schema import Schema
 from pyspark_kudu.tablet.bloom import bloom_hashes
 from pyspark_kudu.tablet.keys import LIVE, key_probe, python_keys
-from pyspark_kudu.tablet.memrowset import MemRowSet
+from pyspark_kudu.tablet.memrowset import MemRowSet, Probe
 from pyspark_kudu.tablet.ops import OpType, RowError, WriteBatch, WriteResult
 from pyspark_kudu.tablet.rowset import DiskRowSet
 
@@ -101,16 +102,16 @@ def apply_batch(schema: Schema, mrs: MemRowSet, rowsets: Sequence[DiskRowSet], i
     if problem:
         return WriteResult(index, n, tuple(RowError(i, "InvalidArgument", problem)
                                            for i in range(n)))
-    keys = python_keys(wb.rows, schema)
+    probe = key_probe(wb.rows, schema)
     errors: list[RowError] = []
-    if len(set(keys)) == n:
+    if len(np.unique(probe)) == n:  # distinct probes: distinct keys
         _Round(schema, mrs, rowsets, index, stats, point_fraction).run(
-            wb.rows, wb.ops, keys, None, errors)
-    else:
-        for idx in _rounds(keys):
+            wb.rows, wb.ops, probe, None, errors)
+    else:  # repeated keys (or, for hashed keys, a collision): exact Python keys decide
+        for idx in _rounds(python_keys(wb.rows, schema)):
             sub = wb.rows.take(pa.array(idx))
             _Round(schema, mrs, rowsets, index, stats, point_fraction).run(
-                sub, wb.ops[idx], _pick(keys, idx), idx, errors)
+                sub, wb.ops[idx], probe[idx], idx, errors)
     errors.sort(key=lambda e: e.row)
     if errors:
         key_rows = wb.rows.select(list(schema.primary_key))
@@ -132,11 +133,6 @@ def _check_batch(schema: Schema, rows: pa.RecordBatch) -> str | None:
         if rows.column(k).null_count:
             return f"key column {k!r} has nulls"
     return None
-
-
-def _pick(keys: list[Hashable], idx: I64) -> list[Hashable]:
-    """``[keys[i] for i in idx]`` without a Python-level loop."""
-    return list(map(keys.__getitem__, idx.tolist()))
 
 
 def _rounds(keys: list[Hashable]) -> list[I64]:
@@ -162,14 +158,15 @@ class _Round:
         self.stats = stats
         self.point_fraction = point_fraction
 
-    def run(self, rows: pa.RecordBatch, ops: npt.NDArray[np.int8], keys: list[Hashable],
+    def run(self, rows: pa.RecordBatch, ops: npt.NDArray[np.int8], probe: Probe,
             orig: I64 | None, errors: list[RowError]) -> None:
+        """Apply ``rows`` (pairwise distinct keys; ``probe``: their key probes)."""
         m = rows.num_rows
-        pos = self.mrs.lookup(keys)
+        pos = self.mrs.lookup(rows, probe) if len(self.mrs) else np.full(m, -1, np.int64)
         in_mrs = pos >= 0
         live = np.zeros(m, dtype=bool)
         live[in_mrs] = self.mrs.is_live(pos[in_mrs])
-        rs_of, rs_row, rs_end = self._disk_lookup(rows, np.nonzero(~in_mrs)[0])
+        rs_of, rs_row, rs_end = self._disk_lookup(rows, np.nonzero(~in_mrs)[0], probe)
         on_disk = rs_of >= 0
         live[on_disk] = rs_end[on_disk] == LIVE
 
@@ -194,8 +191,7 @@ class _Round:
         w = np.nonzero(write_new)[0]
         if len(w):
             new_rows = self._new_versions(rows, w, live[w], pos, rs_of, rs_row)
-            new_keys = keys if len(w) == m else _pick(keys, w)
-            self.mrs.append(new_rows, new_keys, self.index)
+            self.mrs.append(new_rows, probe if len(w) == m else probe[w], self.index)
 
     @staticmethod
     def _record(errors: list[RowError], orig: I64 | None, mask: Mask,
@@ -203,7 +199,8 @@ class _Round:
         for i in np.nonzero(mask)[0]:
             errors.append(RowError(int(i if orig is None else orig[i]), *status))
 
-    def _disk_lookup(self, rows: pa.RecordBatch, need: I64) -> tuple[I64, I64, I64]:
+    def _disk_lookup(self, rows: pa.RecordBatch, need: I64, probe: Probe
+                     ) -> tuple[I64, I64, I64]:
         """For rows ``need``: which rowset holds the key's newest version (``rs_of``, -1 for
         none), at which row (``rs_row``), and that version's end (``rs_end``, with every
         delta applied: :data:`LIVE` if it is the key's current row)."""
@@ -219,7 +216,7 @@ class _Round:
         first = qkeys.column(0)
         bounds = pc.min_max(first)
         lo, hi = bounds["min"].as_py(), bounds["max"].as_py()
-        probe = None
+        need_probe = probe[need]
         hashes: dict[int, npt.NDArray[np.uint64]] = {}  # bloom hashes of qkeys, by seed
         best_ts = np.full(len(need), -1, dtype=np.int64)
         for j, rs in enumerate(self.rowsets):
@@ -248,9 +245,7 @@ class _Round:
                 if rs.index_needs_io():
                     self.stats.index_loads += 1
                 index = rs.load_index()
-                if probe is None:
-                    probe = key_probe(qkeys, self.schema)
-                found_rows = index.latest(q_keys, probe[q])
+                found_rows = index.latest(q_keys, need_probe[q])
                 at = np.maximum(found_rows, 0)
                 ts = np.where(found_rows >= 0, index.ts[at], -1)
                 end = index.end[at]

@@ -195,7 +195,7 @@ def test_auto_flush_keeps_the_memrowset_bounded(tmp_path: Path, no_fsync: None) 
     from pyspark_kudu.tablet import TabletOptions
 
     t = Tablet.create(str(tmp_path), "t", SCHEMA,
-                      options=TabletOptions(flush_threshold_bytes=20_000))
+                      options=TabletOptions(flush_threshold_bytes=8_000))
     log = MemoryLog()
     for i in range(1, 21):
         _write(t, log, i, list(range(i * 100, i * 100 + 100)))
