@@ -243,7 +243,7 @@ def _three_tablets(tmp_path: Path) -> tuple[str, list[TabletLeader]]:
         lead = TabletLeader(tablet, "ts-a", transport)
         lead.elect()
         lead.propose([encode_write_batch(SCHEMA, OpType.UPSERT, pa.table({
-            "id": list(range(2000 * (k + 1))), "v": ["x" * 50] * (2000 * (k + 1))}))])
+            "id": list(range(2000 * (k + 1))), "v": ["x" * 250] * (2000 * (k + 1))}))])
         lead.heartbeat()
         leads.append(lead)
     return roots["ts-a"], leads
@@ -288,7 +288,8 @@ def test_memory_pressure_flushes_the_largest_memrowsets_first(
     held = replica_cache.cached_memory()
     mrs = {k[1]: m for k, (m, _) in held.items() if k[0] == root}
     # Half the budget holds the smallest MemRowSet only: the two largest must be flushed,
-    # largest first, and the smallest not.
+    # largest first, and the smallest not. (The budget is at least 1 MiB: the rows are
+    # wide enough for these MemRowSets to pass half of it.)
     budget = 2 * (mrs["t1"] + mrs["t2"] // 2)
     assert mrs["t1"] < budget / 2 < mrs["t1"] + mrs["t2"]
     monkeypatch.setenv(replica_cache.CACHE_BUDGET_ENV, str(budget / 2**20))
