@@ -11,9 +11,11 @@ pairs, where the probe is :func:`~.keys.key_probe` of the key: the ``int64`` key
 one integer-like key column, else its 64-bit hash. Each append adds a run; runs of similar
 length are merged (a stable sort of two sorted runs), so there are O(log n) runs and a lookup
 is a ``searchsorted`` per run, newest run first. A hash probe's hit is checked against the
-stored key columns; on a 64-bit collision every position with that probe is compared. A dict
+key columns its run keeps (one chunk per run, so a batch's checks are one ``take`` per run);
+on a 64-bit collision every position with that probe is compared. A dict
 of Python keys (a tuple per composite key) cost ~1.3 s per million keys to build and look up
-and ~200 bytes per key; the runs cost 16 bytes per key and stay vectorized.
+and ~200 bytes per key; the runs cost 16 bytes per key (plus a copy of hashed keys' columns)
+and stay vectorized.
 
 A :class:`MemRowSetView` is what a scan keeps: the batches and arrays as of the moment it was
 taken. Later appends do not show up in it, and later end timestamps are above any snapshot a
@@ -60,50 +62,71 @@ class MemRowSetView:
         return pa.Table.from_batches(list(self.batches), schema=self.schema)
 
 
+@dataclass
+class _Run:
+    """Index entries of the consecutive positions ``lo .. lo + len(probes) - 1``."""
+
+    probes: Probe  # sorted
+    positions: I64  # of each sorted probe; equal probes in ascending position order
+    lo: int
+    keys: pa.Table | None  # key columns of the run's positions, in position order (one chunk)
+
+
 class _Runs:
-    """Sorted runs of (probe, position): the MemRowSet's key index (module docstring).
-    Within a run, pairs are sorted by probe, then position; every position in a newer run
-    is above every position in an older one."""
+    """Sorted runs of (probe, position): the MemRowSet's key index (module docstring). A
+    run covers consecutive positions; every position in a newer run is above every
+    position in an older one. With ``keep_keys`` (hashed probes), each run also keeps its
+    key columns as one chunk, so that a hit is verified with one ``take`` per run."""
 
-    def __init__(self) -> None:
-        self.runs: list[tuple[Probe, I64]] = []  # oldest first
+    def __init__(self, keep_keys: bool) -> None:
+        self.runs: list[_Run] = []  # oldest first
         self.entries = 0
+        self._keep_keys = keep_keys
 
-    def add(self, probe: Probe, start: int) -> None:
+    def add(self, probe: Probe, start: int, keys: pa.Table) -> None:
         order = np.argsort(probe, kind="stable")
-        self.runs.append((probe[order], order.astype(np.int64) + start))
+        self.runs.append(_Run(probe[order], order.astype(np.int64) + start, start,
+                              keys.combine_chunks() if self._keep_keys else None))
         self.entries += len(probe)
         # Keep run lengths falling geometrically: O(log n) runs, O(n log n) merging.
-        while len(self.runs) >= 2 and len(self.runs[-2][0]) <= 2 * len(self.runs[-1][0]):
-            (p1, q1), (p2, q2) = self.runs[-2], self.runs.pop()
-            p = np.concatenate([p1, p2])
+        while len(self.runs) >= 2 and len(self.runs[-2].probes) <= 2 * len(self.runs[-1].probes):
+            a, b = self.runs[-2], self.runs.pop()
+            p = np.concatenate([a.probes, b.probes])
             # Stable: equal probes keep the older run's (lower) positions first.
             order = np.argsort(p, kind="stable")
-            self.runs[-1] = (p[order], np.concatenate([q1, q2])[order])
+            keys_ab = (None if a.keys is None or b.keys is None
+                       else pa.concat_tables([a.keys, b.keys]).combine_chunks())
+            self.runs[-1] = _Run(p[order], np.concatenate([a.positions, b.positions])[order],
+                                 a.lo, keys_ab)
 
-    def newest(self, probe: Probe) -> I64:
-        """The highest position stored with each probe, ``-1`` for none."""
+    def newest(self, probe: Probe) -> tuple[I64, I64]:
+        """The highest position stored with each probe (``-1`` for none), and the index in
+        ``runs`` of the run it is in."""
         out = np.full(len(probe), -1, dtype=np.int64)
+        run_of = np.full(len(probe), -1, dtype=np.int64)
         todo = np.arange(len(probe))
-        for keys, pos in reversed(self.runs):
+        for r in range(len(self.runs) - 1, -1, -1):
             if not len(todo):
                 break
+            run = self.runs[r]
             q = probe[todo]
-            at = np.searchsorted(keys, q, side="right") - 1
+            at = np.searchsorted(run.probes, q, side="right") - 1
             hit = at >= 0
-            hit[hit] = keys[at[hit]] == q[hit]
-            out[todo[hit]] = pos[at[hit]]
+            hit[hit] = run.probes[at[hit]] == q[hit]
+            out[todo[hit]] = run.positions[at[hit]]
+            run_of[todo[hit]] = r
             todo = todo[~hit]
-        return out
+        return out, run_of
 
-    def all_positions(self, probe: int) -> I64:
-        """Every position stored with ``probe`` (collision handling)."""
+    def with_probe(self, probe: int) -> list[tuple[int, I64]]:
+        """Every (run index, positions) stored with ``probe`` (collision handling)."""
         found = []
-        for keys, pos in self.runs:
-            lo = np.searchsorted(keys, probe, side="left")
-            hi = np.searchsorted(keys, probe, side="right")
-            found.append(pos[lo:hi])
-        return np.concatenate(found) if found else np.empty(0, dtype=np.int64)
+        for r, run in enumerate(self.runs):
+            lo = np.searchsorted(run.probes, probe, side="left")
+            hi = np.searchsorted(run.probes, probe, side="right")
+            if hi > lo:
+                found.append((r, run.positions[lo:hi]))
+        return found
 
 
 class MemRowSet:
@@ -118,8 +141,7 @@ class MemRowSet:
         self._n = 0
         self._nbytes = 0
         self._exact = is_exact_probe(schema)
-        self._runs = _Runs()
-        self._keys: pa.Table | None = None  # key columns of every version, for verification
+        self._runs = _Runs(keep_keys=not self._exact)
 
     def __len__(self) -> int:
         return self._n
@@ -127,33 +149,40 @@ class MemRowSet:
     @property
     def nbytes(self) -> int:
         """Approximate memory held (row data plus index), used for flush thresholds."""
-        return self._nbytes + _INDEX_ENTRY_BYTES * self._runs.entries
+        keys = sum(int(r.keys.nbytes) for r in self._runs.runs if r.keys is not None)
+        return self._nbytes + _INDEX_ENTRY_BYTES * self._runs.entries + keys
 
     def lookup(self, keys: pa.Table | pa.RecordBatch, probe: Probe) -> I64:
         """Position of each key's newest version here, ``-1`` if the key has none.
         ``keys`` holds the key columns (others are ignored); ``probe`` is their
         :func:`~.keys.key_probe`."""
-        pos = self._runs.newest(probe)
+        pos, run_of = self._runs.newest(probe)
         if self._exact or not (pos >= 0).any():
             return pos
         q_idx = np.nonzero(pos >= 0)[0]
-        same = self._equal(keys, q_idx, pos[q_idx])
+        same = np.zeros(len(q_idx), dtype=bool)
+        for r in np.unique(run_of[q_idx]):
+            sel = np.nonzero(run_of[q_idx] == r)[0]
+            same[sel] = self._equal(keys, q_idx[sel], int(r), pos[q_idx[sel]])
         for qi in q_idx[~same]:  # a 64-bit hash collision: compare every candidate
-            cand = self._runs.all_positions(probe[qi])
-            hits = cand[self._equal(keys, np.full(len(cand), qi, dtype=np.int64), cand)]
-            pos[qi] = int(hits.max()) if len(hits) else -1
+            best = -1
+            for r, cand in self._runs.with_probe(probe[qi]):
+                hits = cand[self._equal(keys, np.full(len(cand), qi, dtype=np.int64), r, cand)]
+                best = max(best, int(hits.max()) if len(hits) else -1)
+            pos[qi] = best
         return pos
 
-    def _equal(self, keys: pa.Table | pa.RecordBatch, q_idx: I64, positions: I64
+    def _equal(self, keys: pa.Table | pa.RecordBatch, q_idx: I64, run: int, positions: I64
                ) -> npt.NDArray[np.bool_]:
-        if self._keys is None or self._keys.num_rows != self._n:
-            self._keys = pa.Table.from_batches(self._batches, schema=self._arrow_schema
-                                               ).select(list(self._schema.primary_key))
+        """Whether query rows ``q_idx`` hold the keys stored at ``positions`` of ``run``."""
+        stored = self._runs.runs[run]
+        assert stored.keys is not None
         eq = np.ones(len(q_idx), dtype=bool)
-        q_take, r_take = pa.array(q_idx, pa.int64()), pa.array(positions, pa.int64())
+        q_take = pa.array(q_idx, pa.int64())
+        r_take = pa.array(positions - stored.lo, pa.int64())
         for name in self._schema.primary_key:
             a = keys.column(name).take(q_take)
-            b = self._keys.column(name).take(r_take)
+            b = stored.keys.column(name).take(r_take)
             eq &= np.asarray(pc.equal(a, b).to_numpy(zero_copy_only=False), dtype=bool)
         return eq
 
@@ -182,7 +211,8 @@ class MemRowSet:
                 setattr(self, name, grown)
         self._begin[self._n: need] = ts
         self._end[self._n: need] = LIVE
-        self._runs.add(probe, self._n)
+        self._runs.add(probe, self._n, pa.Table.from_batches([rows]).select(
+            list(self._schema.primary_key)))
         self._batches.append(rows)
         self._nbytes += rows.nbytes
         self._n = need

@@ -1,0 +1,53 @@
+"""The MemRowSet's key index: the newest position of every key, through many appends."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from pyspark_kudu.schema import ColumnSchema, Schema
+from pyspark_kudu.tablet import keys as keys_module
+from pyspark_kudu.tablet.keys import key_probe
+from pyspark_kudu.tablet.memrowset import MemRowSet
+
+HASHED = Schema((ColumnSchema("r", "string", nullable=False),
+                 ColumnSchema("n", "int64", nullable=False), ColumnSchema("v", "int64")),
+                ("r", "n"))
+EXACT = Schema((ColumnSchema("n", "int64", nullable=False), ColumnSchema("v", "int64")),
+               ("n",))
+
+
+def _rows(schema: Schema, ns: list[int], v: int) -> pa.RecordBatch:
+    cols = {"r": [f"r{n % 7}" for n in ns], "n": ns, "v": [v] * len(ns)}
+    return pa.RecordBatch.from_pydict({c.name: cols[c.name] for c in schema.columns},
+                                      schema=schema.arrow_schema)
+
+
+@pytest.mark.parametrize("schema", [HASHED, EXACT], ids=["hashed", "exact"])
+@pytest.mark.parametrize("collide", [False, True], ids=["real-hash", "4-valued-hash"])
+def test_lookup_finds_the_newest_version_after_many_appends(
+        schema: Schema, collide: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    if collide:
+        real = keys_module.key_hash
+        monkeypatch.setattr(keys_module, "key_hash",
+                            lambda d, s, seed=0: real(d, s, seed) % np.uint64(4))
+    rng = np.random.default_rng(7)
+    mrs = MemRowSet(schema)
+    newest: dict[int, int] = {}
+    for step in range(300):  # batches of 1..40 distinct keys out of 500: many merges
+        ns = sorted(set(rng.integers(0, 500, size=int(rng.integers(1, 40))).tolist()))
+        batch = _rows(schema, ns, step)
+        start = len(mrs)
+        mrs.append(batch, key_probe(batch, schema), step)
+        newest.update({n: start + k for k, n in enumerate(ns)})
+    assert len(mrs._runs.runs) <= 2 * int(np.log2(len(mrs))) + 2  # O(log n) runs
+    query = _rows(schema, list(range(-50, 550)), 0)
+    got = mrs.lookup(query, key_probe(query, schema))
+    want = [newest.get(n, -1) for n in range(-50, 550)]
+    assert got.tolist() == want
+    # Positions hold the rows of those keys.
+    table = pa.Table.from_batches(mrs.view().batches)
+    hit = [p for p in got.tolist() if p >= 0]
+    assert table.column("n").take(pa.array(hit)).to_pylist() == [
+        n for n in range(-50, 550) if newest.get(n, -1) >= 0]
