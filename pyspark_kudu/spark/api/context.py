@@ -220,6 +220,7 @@ class KuduContext(WritePath, ReplicaManagement):
         self._register()
         self.transport = SparkTransport(sc, self.servers, wal_options,
                                         round_timeout_s=round_timeout)
+        self.transport.pull_addresses = self._current_addresses
         self._service = ReplicationService(self.transport)
         self._janitor = StagingJanitor(sc, [s.host for s in self.servers],
                                        self.warehouse if self._local else None)
@@ -351,6 +352,17 @@ class KuduContext(WritePath, ReplicaManagement):
                     self._executors[h] = now[h]
             for s in fresh.values():
                 self.liveness.update(s.meta())
+
+    def _current_addresses(self) -> dict[str, str]:
+        """``{host: address}`` of the resident servers whose executor is still the one they
+        were discovered on (rounds pull staged batches from them, ``SparkTransport``)."""
+        with self._lock:
+            servers = list(self.servers)
+        if self._local:
+            return {s.host: s.address for s in servers if s.address}
+        now = executor_hosts(self.spark.sparkContext)
+        return {s.host: s.address for s in servers
+                if s.address and now.get(s.host) == self._executors.get(s.host)}
 
     def server_addresses(self) -> dict[str, str]:
         """``{tablet server: address of its resident server}``, refreshed first (what a scan

@@ -2,8 +2,18 @@
 
 What the tasks of a round run on a tablet server's host: serve each tablet server's requests
 if this host really holds it (:func:`serve_host`, the instance-file check of DESIGN §1), and
-the two sides of the shuffle that delivers staged write batches and tablet-copy parts to the
-replicas' hosts (:func:`emit_staged` on the staging host, :func:`land` on the destination).
+get the staged write batches (and log entries for a lagging follower) those requests carry
+as refs to this host, in one of two ways:
+
+- **pulled** (``HostTask.pull``, whenever every source host runs a resident tablet server):
+  the server serving the requests reads a batch staged on its own host from disk and
+  fetches the others from their hosts' servers (:class:`PulledPayloads`), one batch at a
+  time, as it resolves each request. No shuffle stage, and the bytes cross no JVM;
+- **shuffled**: the two sides of a Spark shuffle that delivers them (:func:`emit_staged` on
+  the staging host, :func:`land` on the destination), zipped with the barrier tasks.
+
+A batch that cannot be had (its host was lost) leaves the requests needing it refused as
+"not delivered", and only those.
 The driver builds the stages; these functions are what Spark pickles into them, so they
 import nothing of the driver side (the executor's daemon pre-imports this module).
 
@@ -23,7 +33,7 @@ from typing import Any
 
 from pyspark_kudu.errors import NetworkError
 from pyspark_kudu.rpc.auth import secret_from_env
-from pyspark_kudu.spark.host.dataplane import StagedRef, read_staged
+from pyspark_kudu.spark.host.dataplane import REF_MAGIC, StagedRef, read_staged
 from pyspark_kudu.spark.host.handlers import PeerRequest, PeerResponse, handle_requests
 from pyspark_kudu.spark.host.identity import current_host, local_data_root, run_pinned
 from pyspark_kudu.spark.host.tserver_protocol import ADDRESS_ENV
@@ -35,6 +45,7 @@ __all__ = [
     "HostTask",
     "Landed",
     "LandedPayloads",
+    "PulledPayloads",
     "ServeResult",
     "barrier_partition",
     "barrier_with_data",
@@ -56,12 +67,20 @@ class HostTask:
     host: str
     items: tuple[tuple[str, str | None, tuple[PeerRequest, ...]], ...]
     options: WalOptions | None
+    #: Pull the requests' staged batches (module docstring) from these resident tablet
+    #: servers, by host: (host, ``host:port``) pairs.
+    pull: bool = False
+    sources: tuple[tuple[str, str], ...] = ()
 
 ServeResult = list[tuple[str, list[PeerResponse] | None, str]]
 
 #: Delivered payloads at least this large go to the resident tablet server as landed files
 #: (it reads them from this host's page cache), smaller ones inside the call.
 INLINE_BYTES = 64 << 10
+
+#: Seconds one pulled batch may take to arrive before its requests are refused (a round has
+#: its own deadline too, ``spark_rounds.DEFAULT_ROUND_TIMEOUT_S``).
+_PULL_TIMEOUT_S = 120.0
 
 
 class LandedPayloads(Mapping[str, bytes]):
@@ -83,6 +102,59 @@ class LandedPayloads(Mapping[str, bytes]):
 
     def __len__(self) -> int:
         return len(self._payloads)
+
+
+class PulledPayloads(Mapping[str, bytes]):
+    """The staged batches ``task``'s requests refer to, by staged path: read from this
+    host's disk when staged here, else fetched from their host's resident tablet server
+    (``task.sources``), when asked for. One that cannot be had is missing (``get`` returns
+    None and the request is refused as "not delivered")."""
+
+    def __init__(self, task: HostTask, given: Mapping[str, bytes]) -> None:
+        from pyspark_kudu.spark.host.dataplane import refs_in
+
+        self._given = given
+        self._sources = dict(task.sources)
+        self._refs = {ref.path: ref for _, _, reqs in task.items for r in reqs
+                      for ref in refs_in(r.messages, r.entries)}
+        self.fetched = 0  # batches fetched from other hosts (tests, metrics)
+
+    def __getitem__(self, key: str) -> bytes:
+        if key in self._given:
+            return self._given[key]
+        ref = self._refs[key]
+        if ref.host == current_host():
+            data = read_staged(ref)
+        else:
+            data = self._fetch(ref)
+        if data is None:
+            raise KeyError(key)
+        return data
+
+    def _fetch(self, ref: StagedRef) -> bytes | None:
+        from pyspark_kudu.errors import KuduError
+        from pyspark_kudu.spark.host.tserver_client import fetch_staged
+        from pyspark_kudu.spark.host.tserver_protocol import StagedRequest
+
+        address = self._sources.get(ref.host, "")
+        secret = secret_from_env()
+        if not address or not secret:
+            _log.warning("staged batch %s: no tablet server known on %s", ref.path, ref.host)
+            return None
+        try:
+            data = fetch_staged(address, secret, StagedRequest(
+                ref.encode()[len(REF_MAGIC):].decode()), timeout_s=_PULL_TIMEOUT_S)
+        except KuduError as e:
+            _log.warning("staged batch %s not fetched from %s: %s", ref.path, address, e)
+            return None
+        self.fetched += 1
+        return data
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._refs.keys() | self._given.keys())
+
+    def __len__(self) -> int:
+        return len(self._refs.keys() | self._given.keys())
 
 
 def serve_host(task: HostTask, delivered: Mapping[str, bytes | Landed] | None = None,
@@ -139,6 +211,8 @@ def serve_encoded(body: bytes,
 
 def serve_in_process(task: HostTask, delivered: Mapping[str, bytes]) -> ServeResult:
     """Serve ``task`` in this process (the resident server's side of :func:`serve_host`)."""
+    if task.pull:
+        delivered = PulledPayloads(task, delivered)
     out: ServeResult = []
     for ts_uuid, root_hint, reqs in task.items:
         root = local_data_root(root_hint)

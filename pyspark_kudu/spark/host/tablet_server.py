@@ -71,6 +71,7 @@ from pyspark_kudu.spark.host.tserver_protocol import (
     SERVE_ACTION,
     FileRequest,
     ScanRequest,
+    StagedRequest,
     encode_error,
     parse_ticket,
 )
@@ -148,7 +149,8 @@ def _start_maintenance() -> MaintenanceManager | None:
 
 #: File streams served by this process and their bytes (``ping``: tests and benchmarks check
 #: that a tablet copy travelled through the servers).
-_file_stats = {"files_served": 0, "file_bytes_served": 0}
+_file_stats = {"files_served": 0, "file_bytes_served": 0, "staged_served": 0,
+               "staged_bytes_served": 0}
 _stats_lock = threading.Lock()
 
 
@@ -172,9 +174,32 @@ def _file(req: FileRequest) -> Iterator[pa.RecordBatch]:
                 left -= chunk.size
             with _stats_lock:
                 _file_stats["file_bytes_served"] += chunk.size
-            offsets = pa.py_buffer(struct.pack("<ii", 0, chunk.size))
-            yield pa.record_batch([pa.Array.from_buffers(pa.binary(), 1, [None, offsets, chunk])],
-                                  names=["chunk"])
+            yield _chunk_batch(chunk)
+
+
+def _chunk_batch(chunk: pa.Buffer) -> pa.RecordBatch:
+    """One ``chunk`` binary value wrapping ``chunk`` without a copy."""
+    offsets = pa.py_buffer(struct.pack("<ii", 0, chunk.size))
+    return pa.record_batch([pa.Array.from_buffers(pa.binary(), 1, [None, offsets, chunk])],
+                           names=["chunk"])
+
+
+def _staged(req: StagedRequest) -> Iterator[pa.RecordBatch]:
+    """A staged batch or log entry of this host, for a replica on another host: read and
+    checked against its ref's size and CRC32C here (``dataplane.read_staged``)."""
+    from pyspark_kudu.spark.host.dataplane import REF_MAGIC, StagedRef, read_staged
+
+    ref = StagedRef.decode(REF_MAGIC + req.ref.encode())
+    assert ref is not None
+    data = read_staged(ref)
+    if data is None:
+        raise NotFoundError(f"staged batch {ref.path} is not on {current_host()} intact")
+    with _stats_lock:
+        _file_stats["staged_served"] += 1
+        _file_stats["staged_bytes_served"] += len(data)
+    buf = pa.py_buffer(data)
+    for off in range(0, max(len(data), 1), FILE_CHUNK_BYTES):
+        yield _chunk_batch(buf.slice(off, min(FILE_CHUNK_BYTES, len(data) - off)))
 
 
 def _make_server(host: str, secret: bytes, tls: TlsConfig | None = None) -> Any:
@@ -201,7 +226,8 @@ def _make_server(host: str, secret: bytes, tls: TlsConfig | None = None) -> Any:
         def do_get(self, context: Any, ticket: fl.Ticket) -> fl.FlightDataStream:
             try:
                 req = parse_ticket(ticket.ticket)
-                it = _scan(req) if isinstance(req, ScanRequest) else _file(req)
+                it = (_scan(req) if isinstance(req, ScanRequest) else
+                      _staged(req) if isinstance(req, StagedRequest) else _file(req))
                 first = next(it, None)
             except (KuduError, OSError) as e:
                 raise _flight_error(e) from e
@@ -210,7 +236,7 @@ def _make_server(host: str, secret: bytes, tls: TlsConfig | None = None) -> Any:
             if first is None:
                 # An empty result still needs a schema: the scan's, derived by the client.
                 schema = pa.schema([pa.field("chunk", pa.binary())]) if isinstance(
-                    req, FileRequest) else pa.schema([])
+                    req, (FileRequest, StagedRequest)) else pa.schema([])
                 return fl.GeneratorStream(schema, iter(()))
 
             def rest() -> Iterator[pa.RecordBatch]:

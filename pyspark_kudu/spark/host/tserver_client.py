@@ -32,10 +32,12 @@ from pyspark_kudu.spark.host.tserver_protocol import (
     SERVE_ACTION,
     FileRequest,
     ScanRequest,
+    StagedRequest,
     decode_error,
 )
 
-__all__ = ["fetch_file", "fetch_file_buffers", "ping", "scan_remote", "serve_remote"]
+__all__ = ["fetch_file", "fetch_file_buffers", "fetch_staged", "ping", "scan_remote",
+           "serve_remote"]
 
 _CONNECT_TIMEOUT_S = 10.0
 
@@ -105,6 +107,21 @@ def fetch_file_buffers(address: str, secret: bytes, req: FileRequest, *,
         col = batch.column(0)
         for k in range(len(col)):
             yield col[k].as_buffer()
+
+
+def fetch_staged(address: str, secret: bytes, req: StagedRequest, *,
+                 timeout_s: float | None = None) -> bytes:
+    """A staged batch (or log entry) from the tablet server of its host, at ``address``.
+
+    Raises:
+        NetworkError: the server is unreachable.
+        NotFoundError: the server's host does not hold it intact.
+    """
+    parts = [batch.column(0)[k].as_buffer()
+             for batch in _stream(address, secret, req.to_ticket(),
+                                  "a staged batch transfer", timeout_s)
+             for k in range(batch.num_rows)]
+    return b"".join(parts)
 
 
 def serve_remote(address: str, secret: bytes, body: bytes) -> bytes:

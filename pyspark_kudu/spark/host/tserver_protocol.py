@@ -9,6 +9,10 @@ host's resident tablet server, :mod:`~pyspark_kudu.spark.host.tablet_server`).
   their exact types; nothing is ever unpickled.
 - ``{"kind": "file", ...}``: :class:`FileRequest`, a byte range of one file under a
   tablet's directory, streamed as batches of one ``chunk`` binary column.
+- ``{"kind": "staged", ...}``: :class:`StagedRequest`, a write batch staged on the server's
+  host (or a log entry of one of its replicas) that a round's replica on another host needs:
+  the destination's server pulls it from here, streamed like a file
+  (:mod:`~pyspark_kudu.spark.host.round_tasks`).
 
 Errors: the server raises a Flight error whose ``extra_info`` is ``{"type", "message"}``
 JSON; :func:`decode_flight_error` rebuilds the same :mod:`pyspark_kudu.errors` class.
@@ -36,6 +40,7 @@ __all__ = [
     "SERVE_ACTION",
     "FileRequest",
     "ScanRequest",
+    "StagedRequest",
     "decode_error",
     "decode_predicates",
     "encode_error",
@@ -184,7 +189,35 @@ class FileRequest:
                    _opt_str(d.get("root")), _opt_str(d.get("data_root_conf")))
 
 
-def parse_ticket(raw: bytes) -> ScanRequest | FileRequest:
+#: The only relative paths a :class:`StagedRequest` may name under a data root: staged write
+#: batches, and log entries of a replica (``dataplane.wal_ref``).
+STAGED_PREFIXES = ("staging/", "wal/")
+
+
+@dataclass(frozen=True)
+class StagedRequest:
+    """One staged batch or log entry, named by its encoded
+    :class:`~pyspark_kudu.spark.host.dataplane.StagedRef` (the JSON after the ref's magic);
+    the server checks its size and CRC32C before sending it."""
+
+    ref: str
+
+    def __post_init__(self) -> None:
+        try:
+            path = str(json.loads(self.ref)[2])
+        except (ValueError, IndexError, TypeError) as e:
+            raise InvalidArgumentError(f"staged request ref {self.ref[:200]!r}: {e}") from e
+        norm = posixpath.normpath(path)
+        if (norm != path or not path.startswith(STAGED_PREFIXES) or "\\" in path
+                or ".." in path.split("/")):
+            raise InvalidArgumentError(
+                f"staged request path {path!r} is not a staged batch or log entry")
+
+    def to_ticket(self) -> bytes:
+        return json.dumps({"kind": "staged", "ref": self.ref}).encode()
+
+
+def parse_ticket(raw: bytes) -> ScanRequest | FileRequest | StagedRequest:
     """The request a ticket carries.
 
     Raises:
@@ -197,6 +230,8 @@ def parse_ticket(raw: bytes) -> ScanRequest | FileRequest:
             return ScanRequest.from_dict(d)
         if kind == "file":
             return FileRequest.from_dict(d)
+        if kind == "staged":
+            return StagedRequest(str(d["ref"]))
     except (ValueError, KeyError, TypeError, AttributeError, pa.ArrowException) as e:
         raise InvalidArgumentError(f"unreadable tablet server ticket: {e}") from e
     raise InvalidArgumentError(f"unknown tablet server request kind {kind!r}")

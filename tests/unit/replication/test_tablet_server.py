@@ -15,6 +15,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import google_crc32c
 import pyarrow as pa
 import pytest
 
@@ -29,9 +30,11 @@ from pyspark_kudu.spark.host import tserver_client
 from pyspark_kudu.spark.host.identity import ensure_instance
 from pyspark_kudu.spark.host.replica_scan import scan_replica
 from pyspark_kudu.spark.host.tablet_server import _make_server
+from pyspark_kudu.spark.host.dataplane import REF_MAGIC, StagedRef
 from pyspark_kudu.spark.host.tserver_protocol import (
     FileRequest,
     ScanRequest,
+    StagedRequest,
     decode_predicates,
     encode_predicates,
 )
@@ -155,6 +158,60 @@ def test_a_file_stream_returns_the_exact_bytes_of_a_range(
 def test_a_file_request_outside_the_tablet_directory_is_refused(path: str) -> None:
     with pytest.raises(InvalidArgumentError, match="relative path"):
         FileRequest("ts", "t", path)
+
+
+def _staged(root: Path, data: bytes, host: str = "127.0.0.1") -> StagedRef:
+    rel = f"staging/w1/p0-{google_crc32c.value(data):x}.bin"
+    (root / rel).parent.mkdir(parents=True, exist_ok=True)
+    (root / rel).write_bytes(data)
+    return StagedRef(host, str(root), rel, len(data), google_crc32c.value(data), 3, 0, 1)
+
+
+def _ticket_ref(ref: StagedRef) -> str:
+    return ref.encode()[len(REF_MAGIC):].decode()
+
+
+def test_a_staged_batch_is_pulled_exactly_and_a_damaged_one_is_not_found(
+        tmp_path: Path, server: Any) -> None:
+    data = os.urandom(9 << 20)  # more than two stream chunks
+    ref = _staged(tmp_path, data)
+    got = tserver_client.fetch_staged(_addr(server), SECRET, StagedRequest(_ticket_ref(ref)))
+    assert got == data
+    assert tserver_client.ping(_addr(server), SECRET)["staged_bytes_served"] >= len(data)
+    wrong = StagedRef(ref.host, ref.root, ref.path, ref.size, ref.crc ^ 1, 3, 0, 1)
+    with pytest.raises(NotFoundError, match="not on"):
+        tserver_client.fetch_staged(_addr(server), SECRET, StagedRequest(_ticket_ref(wrong)))
+
+
+@pytest.mark.parametrize("path", ["../instance", "staging/../../etc/passwd", "/etc/passwd",
+                                  "tablets/t/superblock", "staging//x", "staging\\..\\x"])
+def test_a_staged_request_names_only_staged_batches_and_log_entries(path: str) -> None:
+    ref = StagedRef("h", "/r", path, 1, 0, 1, 0)
+    with pytest.raises(InvalidArgumentError, match="staged"):
+        StagedRequest(_ticket_ref(ref))
+
+
+def test_pulled_payloads_read_this_hosts_batches_and_fetch_the_others(
+        tmp_path: Path, server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pyspark_kudu.consensus.messages import Entry
+    from pyspark_kudu.spark.host import round_tasks
+    from pyspark_kudu.spark.host.handlers import PeerRequest, RequestKind
+    from pyspark_kudu.spark.host.round_tasks import HostTask, PulledPayloads
+
+    monkeypatch.setenv("PYSPARK_KUDU_SECRET", SECRET.decode())
+    monkeypatch.setattr(round_tasks, "current_host", lambda: "this-host")
+    mine = _staged(tmp_path / "mine", b"local batch", host="this-host")
+    theirs = _staged(tmp_path / "theirs", b"remote batch", host="other-host")
+    lost = _staged(tmp_path / "lost", b"lost batch", host="gone-host")
+    entries = tuple(Entry(1, k + 1, data=r.encode()) for k, r in enumerate((mine, theirs, lost)))
+    req = PeerRequest(RequestKind.PERSIST, "t", "ts-a", entries=entries)
+    task = HostTask("this-host", (("ts-a", None, (req,)),), None, pull=True,
+                    sources=(("other-host", _addr(server)),))
+    pulled = PulledPayloads(task, {})
+    assert pulled.get(mine.path) == b"local batch" and pulled.fetched == 0
+    assert pulled.get(theirs.path) == b"remote batch" and pulled.fetched == 1
+    assert pulled.get(lost.path) is None  # no server known on its host: not delivered
+    assert set(pulled) == {mine.path, theirs.path, lost.path}
 
 
 def test_a_client_without_the_secret_is_served_nothing(
