@@ -142,6 +142,43 @@ def test_batches_staged_on_a_host_lost_before_the_round_are_staged_again(
         _restart(standalone_cluster, sc, victims)
 
 
+def test_staged_batches_are_pulled_server_to_server_and_the_shuffle_still_delivers(
+    cluster_spark: SparkSession, kudu: KuduContext,
+) -> None:
+    """A staged write's round is one barrier stage whose hosts' resident servers pull the
+    batches (from the staging hosts' servers: RF=3 puts two replicas off each staging
+    host); with pulling off, the two-stage shuffle delivers them. Rows land exactly."""
+    sc = cluster_spark.sparkContext
+    kudu.create_table("pulled", STRUCT, keys=["id"],
+                      partitioning=PartitionSchema((HashDimension(("id",), 3),)))
+    secret = kudu.credential.encode()
+
+    def staged_bytes_served() -> int:
+        return sum(int(ping(s.address, secret).get("staged_bytes_served", 0))
+                   for s in kudu.servers if s.address)
+
+    t = kudu.transport
+    first = {i: f"v{i}" for i in range(3000)}
+    data, pulled, served = t.data_rounds, t.pulled_rounds, staged_bytes_served()
+    kudu.write(cluster_spark.createDataFrame(sc.parallelize(list(first.items()), 6), STRUCT),
+               "pulled", "upsert", small_write_bytes=0)
+    assert t.data_rounds > data, "the write carried no staged batch"
+    assert t.pulled_rounds - pulled == t.data_rounds - data, (
+        f"{t.data_rounds - data} rounds carried batches, {t.pulled_rounds - pulled} pulled")
+    assert staged_bytes_served() > served, "no batch crossed hosts server to server"
+    second = {i: f"w{i}" for i in range(1500, 4500)}
+    t.pull_batches = False
+    try:
+        data, pulled = t.data_rounds, t.pulled_rounds
+        kudu.write(cluster_spark.createDataFrame(sc.parallelize(list(second.items()), 6),
+                                                 STRUCT), "pulled", "upsert", small_write_bytes=0)
+        assert t.data_rounds > data and t.pulled_rounds == pulled
+    finally:
+        t.pull_batches = True
+    got = sorted(tuple(r) for r in kudu.read_table("pulled").collect())
+    assert got == sorted({**first, **second}.items())
+
+
 def test_a_write_without_a_live_majority_fails_naming_the_tablet_and_its_hosts(
     cluster_spark: SparkSession, standalone_cluster: StandaloneCluster, kudu: KuduContext,
 ) -> None:

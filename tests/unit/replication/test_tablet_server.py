@@ -27,10 +27,10 @@ from pyspark_kudu.errors import (
 )
 from pyspark_kudu.schema import ColumnSchema, Predicate, Schema
 from pyspark_kudu.spark.host import tserver_client
+from pyspark_kudu.spark.host.dataplane import REF_MAGIC, StagedRef
 from pyspark_kudu.spark.host.identity import ensure_instance
 from pyspark_kudu.spark.host.replica_scan import scan_replica
 from pyspark_kudu.spark.host.tablet_server import _make_server
-from pyspark_kudu.spark.host.dataplane import REF_MAGIC, StagedRef
 from pyspark_kudu.spark.host.tserver_protocol import (
     FileRequest,
     ScanRequest,
