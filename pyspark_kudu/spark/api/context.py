@@ -355,9 +355,11 @@ class KuduContext(WritePath, ReplicaManagement):
 
     def _current_addresses(self) -> dict[str, str]:
         """``{host: address}`` of the resident servers whose executor is still the one they
-        were discovered on (rounds pull staged batches from them, ``SparkTransport``)."""
-        with self._lock:
-            servers = list(self.servers)
+        were discovered on (rounds pull staged batches from them, ``SparkTransport``).
+        Takes no lock: a round may run while this thread holds the context's lock (an
+        election in ``_leaders_for`` that catches a follower up with log refs), and the
+        server list is replaced whole, never changed in place."""
+        servers = list(self.servers)
         if self._local:
             return {s.host: s.address for s in servers if s.address}
         now = executor_hosts(self.spark.sparkContext)
