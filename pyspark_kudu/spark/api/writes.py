@@ -183,11 +183,6 @@ class WritePath(RideThrough):
     #: after that leader was abandoned (``KuduContext.known_commit``).
     _acked: dict[str, tuple[str, int, int]]
 
-    def refresh_servers(self) -> None:
-        """(The context's.) Re-discover the resident servers of hosts whose executor was
-        replaced since; a no-op otherwise."""
-        raise NotImplementedError
-
     # -- writes ------------------------------------------------------------------------------
     def insert_rows(self, df: DataFrame, table: str) -> WriteSummary:
         return self.write(df, table, "insert")
@@ -343,9 +338,6 @@ class WritePath(RideThrough):
         proposed. ``restage`` stages the rows of batches lost with their staging host again
         (:meth:`write` gives one; without it such a loss fails the write)."""
         locs = locations or self.master.get_table(table)
-        # Rounds pull staged batches only from servers known to be current: a host whose
-        # executor was replaced would shuffle its batches until a read re-discovered it.
-        self.refresh_servers()
         tally = _Tally(progress)
         tally.errors.extend(("", json.loads(row), "NotFound", "row is in no range partition")
                             for row in bad_rows)
