@@ -102,8 +102,14 @@ def fetch_file_buffers(address: str, secret: bytes, req: FileRequest, *,
                        timeout_s: float | None = None) -> Iterator[pa.Buffer]:
     """:func:`fetch_file` without copying: each chunk as the Arrow buffer it arrived in
     (valid while the caller holds it), for streaming a file to disk (tablet copy)."""
-    for batch in _stream(address, secret, req.to_ticket(), f"a file stream of {req.path}",
-                         timeout_s):
+    yield from _chunks(address, secret, req.to_ticket(), f"a file stream of {req.path}",
+                       timeout_s)
+
+
+def _chunks(address: str, secret: bytes, ticket: bytes, what: str,
+            timeout_s: float | None) -> Iterator[pa.Buffer]:
+    """The ``chunk`` values of a file-like stream, as the Arrow buffers they arrived in."""
+    for batch in _stream(address, secret, ticket, what, timeout_s):
         col = batch.column(0)
         for k in range(len(col)):
             yield col[k].as_buffer()
@@ -117,11 +123,8 @@ def fetch_staged(address: str, secret: bytes, req: StagedRequest, *,
         NetworkError: the server is unreachable.
         NotFoundError: the server's host does not hold it intact.
     """
-    parts = [batch.column(0)[k].as_buffer()
-             for batch in _stream(address, secret, req.to_ticket(),
-                                  "a staged batch transfer", timeout_s)
-             for k in range(batch.num_rows)]
-    return b"".join(parts)
+    return b"".join(_chunks(address, secret, req.to_ticket(), "a staged batch transfer",
+                            timeout_s))
 
 
 def serve_remote(address: str, secret: bytes, body: bytes) -> bytes:
