@@ -82,7 +82,7 @@ from pyspark_kudu.spark.api.source_options import parse_bool
 from pyspark_kudu.spark.api.writes import WritePath
 from pyspark_kudu.spark.healing.healer import Healer
 from pyspark_kudu.spark.healing.liveness import LivenessReporter
-from pyspark_kudu.spark.healing.replica_management import ReplicaManagement, delete_replicas_task
+from pyspark_kudu.spark.healing.replica_management import ReplicaManagement
 from pyspark_kudu.spark.host.dataplane import (
     StagingJanitor,
 )
@@ -476,10 +476,10 @@ class KuduContext(WritePath, ReplicaManagement):
     def delete_table(self, name: str) -> None:
         """Delete ``name`` from the catalog, then its replicas' files on their hosts.
 
-        The catalog deletion is what makes the table gone. Replica files are removed by one
-        pinned job; a host that cannot run it now (no executor) keeps them, and a warning
-        names them; the healer's sweep deletes them once the host is back (the catalog keeps
-        the tablets' tombstones).
+        The catalog deletion is what makes the table gone. Each host's resident tablet server
+        deletes its replicas' files (``ReplicaManagement._delete_replicas``); a host that
+        cannot now (no executor) keeps them, and a warning names them; the healer's sweep
+        deletes them once the host is back (the catalog keeps the tablets' tombstones).
         """
         locs = self.master.get_table(name)
         self.master.delete_table(name)
@@ -490,18 +490,7 @@ class KuduContext(WritePath, ReplicaManagement):
         for t in locs.tablets:
             for r in t.replicas:
                 by_ts.setdefault(r.ts_uuid, []).append(t.tablet_id)
-        servers = {s.uuid: s for s in self.servers}
-        tasks = [((ts, servers[ts].root, tuple(tids)), [servers[ts].host])
-                 for ts, tids in sorted(by_ts.items()) if ts in servers]
-        left = set(by_ts) - {ts for (ts, _, _), _ in tasks}
-        if tasks:
-            try:
-                out = pinned_rdd(self.spark.sparkContext, tasks).map(delete_replicas_task).collect()
-                left |= {ts for ts, ok in out if not ok}
-            except Exception as e:  # the catalog deletion stands; files stay behind
-                _log.warning("table %s: removing replica files failed: %s", name,
-                             root_cause(str(e)))
-                left |= set(by_ts)
+        left = self._delete_replicas({ts: tuple(tids) for ts, tids in by_ts.items()})
         if left:
             _log.warning("table %s: replica files stay on tablet servers %s (not reachable "
                          "now)", name, sorted(left))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -45,6 +46,8 @@ from pyspark_kudu.master.records import TabletReport
 from pyspark_kudu.spark.host.handlers import PeerRequest, RequestKind, tablet_dir
 from pyspark_kudu.spark.host.identity import local_data_root, run_pinned
 from pyspark_kudu.spark.host.replica_cache import delete_replica
+from pyspark_kudu.spark.host.round_tasks import HostTask, ServeResult
+from pyspark_kudu.spark.host.tserver_client import serve_remote
 from pyspark_kudu.spark.pinned import pinned_rdd
 from pyspark_kudu.spark.replication.lease_keeper import LeaseKeeper
 from pyspark_kudu.spark.replication.session_client import SessionAddress, SessionClient
@@ -57,7 +60,7 @@ from pyspark_kudu.spark.replication.spark_rounds import (
 from pyspark_kudu.spark.replication.tablet_leader import TabletLeader, TabletReplicas
 from pyspark_kudu.spark.replication.write_service import ReplicationService
 
-__all__ = ["ReplicaManagement", "delete_replicas_task"]
+__all__ = ["ReplicaManagement", "delete_replicas_task", "delete_via_server"]
 
 _log = logging.getLogger(__name__)
 
@@ -78,9 +81,49 @@ class ReplicaManagement:
     if TYPE_CHECKING:  # provided by KuduContext
         def _report_failed(self, leaders: Iterable[TabletLeader]) -> None: ...
 
+        def _current_addresses(self) -> dict[str, str]: ...
+
         def _route(self, locs: TableLocations, tablet_ids: Sequence[str], *,
                    forwarded: bool = False, exclude: frozenset[str] = frozenset()
                    ) -> tuple[dict[str, TabletLeader], dict[str, SessionAddress]]: ...
+
+        @property
+        def credential(self) -> str: ...
+
+    def _delete_replicas(self, doomed: dict[str, tuple[str, ...]]) -> set[str]:
+        """Delete the given replicas (tablet ids by tablet server); returns the tablet
+        servers where some could not be deleted now.
+
+        Each goes to its host's resident tablet server, straight from the driver: no Spark
+        task that Spark might run on another host (it would find no such tablet server and
+        delete nothing), and the server, which keeps the replicas open, closes them as it
+        deletes them (a pinned task deleting files under it would leave it holding their
+        MemRowSets and indexes). Servers without a current address get the pinned job."""
+        servers = {s.uuid: s for s in self.servers}
+        addresses = self._current_addresses()
+        left = {ts for ts in doomed if ts not in servers}
+        direct = {ts: addresses[servers[ts].host] for ts in doomed
+                  if ts in servers and servers[ts].host in addresses}
+        if direct:
+            secret = self.credential.encode()
+            with ThreadPoolExecutor(max_workers=min(8, len(direct))) as pool:
+                done = dict(zip(direct, pool.map(
+                    lambda ts: delete_via_server(direct[ts], secret, ts, servers[ts].root,
+                                                 doomed[ts]), direct), strict=True))
+        else:
+            done = {}
+        tasks = [((ts, servers[ts].root, tids), [servers[ts].host])
+                 for ts, tids in sorted(doomed.items())
+                 if ts in servers and not done.get(ts)]
+        if tasks:
+            try:
+                out = pinned_rdd(self.spark.sparkContext, tasks).map(
+                    delete_replicas_task).collect()
+                left |= {ts for ts, ok in out if not ok}
+            except Exception as e:  # a host lost meanwhile: the files stay for now
+                _log.warning("deleting replicas failed: %s", root_cause(str(e)))
+                left |= {ts for (ts, _, _), _ in tasks}
+        return left
 
     def replication_plan(self, max_actions: int = 0) -> list[dict[str, Any]]:
         """The leader master's re-replication actions (see ``redrive.replication_plan``),
@@ -331,10 +374,27 @@ class ReplicaManagement:
                 doomed.append(((ts, s.root, dead), [s.host]))
         if not doomed:
             return 0
-        pinned_rdd(self.spark.sparkContext, doomed).map(delete_replicas_task).collect()
-        n = sum(len(t[0][2]) for t in doomed)
+        by_ts = {ts: tids for (ts, _, tids), _ in doomed}
+        left = self._delete_replicas(by_ts)
+        n = sum(len(tids) for ts, tids in by_ts.items() if ts not in left)
         _log.info("deleted %d evicted or orphaned replicas", n)
         return n
+
+
+def delete_via_server(address: str, secret: bytes, ts_uuid: str, root: str | None,
+                      tablet_ids: Sequence[str]) -> bool:
+    """Delete ``tablet_ids``' replicas of tablet server ``ts_uuid`` through the resident
+    server at ``address`` (``WIPE`` requests, served as a round task's are); False if it
+    could not (unreachable, not that tablet server, a replica not deleted)."""
+    task = HostTask("", ((ts_uuid, root, tuple(
+        PeerRequest(RequestKind.WIPE, t, ts_uuid) for t in tablet_ids)),), None)
+    try:
+        out: ServeResult = pickle.loads(serve_remote(
+            address, secret, pickle.dumps((task, {}), protocol=pickle.HIGHEST_PROTOCOL)))
+    except KuduError as e:
+        _log.info("deleting replicas through %s failed: %s", address, e)
+        return False
+    return all(resps is not None and all(r.ok for r in resps) for _, resps, _ in out)
 
 
 def delete_replicas_task(task: tuple[str, str | None, tuple[str, ...]]) -> tuple[str, bool]:

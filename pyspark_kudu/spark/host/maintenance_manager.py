@@ -40,7 +40,12 @@ from dataclasses import dataclass
 
 from pyspark_kudu.errors import KuduError
 from pyspark_kudu.spark.host.handlers import failed_reason, read_applied, tablet_dir
-from pyspark_kudu.spark.host.replica_cache import cache_budget_bytes, cached_memory, open_replica
+from pyspark_kudu.spark.host.replica_cache import (
+    cache_budget_bytes,
+    cached_memory,
+    close_stale,
+    open_replica,
+)
 from pyspark_kudu.spark.host.tabletcopy import COPYING_FILE
 from pyspark_kudu.tablet.maintenance import MaintenancePolicy, choose_compaction
 from pyspark_kudu.tablet.superblock import SUPERBLOCK_FILE, Superblock
@@ -111,6 +116,7 @@ class MaintenanceManager:
         self._thread: threading.Thread | None = None
         self.ops: list[MaintenanceOp] = []  # the most recent operations, newest last
         self.errors = 0
+        self.closed_stale = 0  # cached replicas closed because another process changed them
 
     def note(self, root: str, options: WalOptions | None = None) -> None:
         """This server serves replicas under ``root`` (with these WAL options)."""
@@ -179,9 +185,11 @@ class MaintenanceManager:
             return None
 
     def run_once(self) -> list[MaintenanceOp]:
-        """One cycle; returns the operations it ran."""
+        """One cycle; returns the operations it ran. Replicas deleted or changed by another
+        process are closed first (``replica_cache.close_stale``)."""
         with self._lock:
             roots = dict(self._roots)
+        self.closed_stale += close_stale()
         done: list[MaintenanceOp] = self._pressured(roots)
         for root, options in roots.items():
             base = os.path.join(root, "tablets")
@@ -189,6 +197,7 @@ class MaintenanceManager:
                 tablets = sorted(n for n in os.listdir(base) if not n.startswith("."))
             except OSError:
                 continue
+            self._forget_gone(root, set(tablets))
             for tid in tablets:
                 if len(done) >= self.max_ops:
                     break
@@ -198,6 +207,12 @@ class MaintenanceManager:
                     done.append(op)
         self.ops = (self.ops + done)[-100:]
         return done
+
+    def _forget_gone(self, root: str, present: set[str]) -> None:
+        """Drop what the cycles remember of ``root``'s replicas that are gone (deleted)."""
+        for seen in (self._history, self._changed):
+            for key in [k for k in seen if k[0] == root and k[1] not in present]:
+                del seen[key]
 
     def start(self) -> None:
         """Run cycles on a daemon thread until :meth:`stop`."""

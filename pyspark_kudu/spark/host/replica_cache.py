@@ -49,6 +49,8 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import pyarrow as pa
+
 from pyspark_kudu.fileio import FILE_MODE, FileIO, open_private
 from pyspark_kudu.spark.host.wal_committed_log import WalCommittedLog
 from pyspark_kudu.tablet import Tablet
@@ -63,7 +65,9 @@ __all__ = [
     "cache_stats",
     "cached_memory",
     "clear_cache",
+    "close_stale",
     "delete_replica",
+    "memory_report",
     "open_replica",
 ]
 
@@ -134,7 +138,7 @@ class ReplicaHandle:
 
 _cache: OrderedDict[tuple[str, str], ReplicaHandle] = OrderedDict()
 _cache_lock = threading.Lock()
-_stats = {"hits": 0, "opens": 0, "evicted_for_memory": 0}
+_stats = {"hits": 0, "opens": 0, "evicted_for_memory": 0, "closed_stale": 0}
 
 
 def cache_stats() -> dict[str, int]:
@@ -155,6 +159,41 @@ def cached_memory() -> dict[tuple[str, str], tuple[int, int]]:
     return {k: h.memory_bytes() for k, h in handles.items()}
 
 
+def _proc_status_bytes(*fields: str) -> dict[str, int]:
+    """Fields of ``/proc/self/status`` given in kB (``VmRSS``, ``VmHWM``), in bytes; empty
+    where there is no procfs."""
+    out: dict[str, int] = {}
+    with contextlib.suppress(OSError):
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                name, _, rest = line.partition(":")
+                if name in fields:
+                    out[name] = int(rest.split()[0]) * 1024
+    return out
+
+
+def memory_report() -> dict[str, int]:
+    """What this process holds, as the tablet server reports it (``ping``): its RSS and the
+    kernel's high-water mark of it, Arrow's pool (allocated now and at most), and the open
+    replicas' MemRowSets and key indexes against the budget (module docstring), with the
+    counters of :func:`cache_stats` (replicas closed, key indexes dropped for memory)."""
+    held = cached_memory()
+    status = _proc_status_bytes("VmRSS", "VmHWM")
+    pool = pa.default_memory_pool()
+    return {
+        "rss_bytes": status.get("VmRSS", 0),
+        "peak_rss_bytes": status.get("VmHWM", 0),
+        "arrow_bytes": pool.bytes_allocated(),
+        "arrow_peak_bytes": pool.max_memory() or 0,
+        "open_replicas": len(held),
+        "memrowset_bytes": sum(m for m, _ in held.values()),
+        "index_bytes": sum(i for _, i in held.values()),
+        "key_index_bytes": KEY_INDEXES.total_bytes(),
+        "budget_bytes": cache_budget_bytes(),
+        **cache_stats(),
+    }
+
+
 def clear_cache() -> None:
     """Close every cached replica of this process."""
     with _cache_lock:
@@ -162,6 +201,38 @@ def clear_cache() -> None:
         _cache.clear()
     for h in handles:
         h.close()
+
+
+def close_stale() -> int:
+    """Close the cached handles of replicas that another process deleted or changed since
+    (a pinned task or another application, a replica wiped and copied anew): their memory
+    goes now, not when the budget or :data:`CACHE_LIMIT` pushes them out, and a deleted
+    replica is never opened again to notice. Reads each replica's generation file without
+    its lock (it is replaced atomically); handles in use are not in the cache. Returns how
+    many were closed (the host's maintenance calls it every cycle)."""
+    with _cache_lock:
+        items = list(_cache.items())
+    stale: list[tuple[tuple[str, str], ReplicaHandle]] = []
+    for key, handle in items:
+        try:
+            with open(handle.io.local_path(_GEN_FILE), "rb") as f:
+                current = f.read().decode(errors="replace").strip()
+        except OSError:  # the replica's directory is gone (deleted, or renamed to be)
+            current = ""
+        if current != handle.generation:
+            stale.append((key, handle))
+    closed: list[ReplicaHandle] = []
+    with _cache_lock:
+        for key, handle in stale:
+            if _cache.get(key) is handle:  # not taken by a request meanwhile
+                del _cache[key]
+                closed.append(handle)
+                _stats["closed_stale"] += 1
+    for handle in closed:
+        handle.close()
+    if closed:
+        release_unused_memory()
+    return len(closed)
 
 
 def _read_generation(io: FileIO) -> str:

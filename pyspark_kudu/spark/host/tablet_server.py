@@ -15,7 +15,8 @@ requests for this host, handed over by the Spark task pinned here (the task stay
 unit of scheduling and placement; the server is where the replicas stay open, so a round
 never pays for reopening them in whichever Python worker Spark picked, and one host keeps
 one replica cache rather than one per worker). ``DoAction("ping")`` answers the server's
-address and the data root it serves by default. Every call is authenticated with the
+address, the data root it serves by default, what it served and its memory
+(:func:`~pyspark_kudu.spark.host.replica_cache.memory_report`). Every call is authenticated with the
 cluster's credential (:mod:`pyspark_kudu.rpc.auth`: HMAC challenge-response, no secret or
 reusable token on the wire); without a credential no server starts. With
 ``PYSPARK_KUDU_TLS_CERT/_KEY/_CA`` in the executor's environment
@@ -66,6 +67,7 @@ from pyspark_kudu.errors import InvalidArgumentError, KuduError, NotFoundError
 from pyspark_kudu.rpc.tls import TlsConfig, location, server_kwargs, tls_from_env
 from pyspark_kudu.spark.host.identity import current_host, local_data_root, verify_instance
 from pyspark_kudu.spark.host.maintenance_manager import MaintenanceManager
+from pyspark_kudu.spark.host.replica_cache import memory_report
 from pyspark_kudu.spark.host.tserver_protocol import (
     ADDRESS_ENV,
     SERVE_ACTION,
@@ -268,6 +270,7 @@ def _make_server(host: str, secret: bytes, tls: TlsConfig | None = None) -> Any:
             body = {"address": f"{host}:{self.port}", "host": current_host(),
                     "data_root": local_data_root(), "served": self.served,
                     "rounds_served": self.rounds_served, "pid": os.getpid(), **_file_stats,
+                    "memory": memory_report(),
                     "maintenance_ops": [
                         {"tablet_id": op.tablet_id, "kind": op.kind,
                          "rowsets": list(op.rowsets), "seconds": op.seconds}

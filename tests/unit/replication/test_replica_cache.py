@@ -15,7 +15,9 @@ from pyspark_kudu.errors import FencedError
 from pyspark_kudu.spark.host.handlers import PeerRequest, RequestKind, replica_storage, tablet_dir
 from pyspark_kudu.spark.host.replica_cache import (
     cache_stats,
+    cached_memory,
     clear_cache,
+    close_stale,
     delete_replica,
     open_replica,
 )
@@ -137,3 +139,51 @@ def test_a_replica_deleted_and_created_again_elsewhere_is_never_served_from_the_
     with open_replica(root, io, "t1", OPTS, mutate=False) as h:
         term = h.storage.initial_state()[0].term
     assert term == 9, f"this process served the old incarnation (term {term}) from its cache"
+
+
+OTHER_PROCESS = textwrap.dedent("""
+    import sys
+    from pyspark_kudu.spark.host.handlers import tablet_dir
+    from pyspark_kudu.spark.host.replica_cache import delete_replica, open_replica
+    from pyspark_kudu.wal import SyncPolicy, WalOptions
+    opts = WalOptions(segment_size=1 << 20, sync_policy=SyncPolicy.FDATASYNC, preallocate=True)
+    what, root = sys.argv[1:3]
+    if what == "delete":
+        assert delete_replica(root, tablet_dir(root, "t1"), "t1")
+    else:  # a request that may change the replica: a new generation, nothing else
+        with open_replica(root, tablet_dir(root, "t1"), "t1", opts, mutate=True):
+            pass
+""")
+
+
+def test_close_stale_closes_what_another_process_deleted_or_changed_and_keeps_the_rest(
+    transport: DirectTransport,
+) -> None:
+    """A table deleted by another process (a pinned task) leaves this process's cached
+    handles behind, holding MemRowSets nobody will open again: ``close_stale`` (run by the
+    host's maintenance every cycle) closes exactly those, and a changed replica's."""
+    lead = TabletLeader(TABLET, "ts-c", transport)
+    lead.create()
+    lead.elect()
+    lead.propose([b"x"])
+    lead.heartbeat()
+    cached = {root for root, _ in cached_memory()}
+    assert cached == set(transport.roots.values())
+    assert close_stale() == 0, "a replica nobody else touched was closed"
+
+    def other(what: str, ts: str) -> None:
+        subprocess.run([sys.executable, "-c", OTHER_PROCESS, what, transport.roots[ts]],
+                       check=True, timeout=120)
+
+    other("delete", "ts-a")
+    other("change", "ts-b")
+    before = cache_stats()["closed_stale"]
+    assert close_stale() == 2
+    assert cache_stats()["closed_stale"] == before + 2
+    assert {root for root, _ in cached_memory()} == {transport.roots["ts-c"]}
+    assert not Path(transport.roots["ts-a"], "tablets", TABLET.tablet_id).exists()
+    # ts-b's changed replica is reopened from its files by the next request, intact.
+    opens = cache_stats()["opens"]
+    lead.propose([b"y"])
+    assert cache_stats()["opens"] == opens + 1
+    assert _log(transport.roots["ts-b"]) == [b"x", b"y"]

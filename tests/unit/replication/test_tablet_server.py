@@ -26,7 +26,8 @@ from pyspark_kudu.errors import (
     ServiceUnavailableError,
 )
 from pyspark_kudu.schema import ColumnSchema, Predicate, Schema
-from pyspark_kudu.spark.host import tserver_client
+from pyspark_kudu.spark.healing.replica_management import delete_via_server
+from pyspark_kudu.spark.host import replica_cache, tserver_client
 from pyspark_kudu.spark.host.dataplane import REF_MAGIC, StagedRef
 from pyspark_kudu.spark.host.identity import ensure_instance
 from pyspark_kudu.spark.host.replica_scan import scan_replica
@@ -56,7 +57,9 @@ REPO = Path(__file__).resolve().parents[3]
 @pytest.fixture
 def replicas(tmp_path: Path) -> Iterator[tuple[dict[str, str], str]]:
     """Three replicas of tablet "t" with 300 committed rows; the roots are tablet-server
-    data roots (with instance files). Yields (roots by replica id, uuid of ts-b's root)."""
+    data roots (with instance files). Yields (roots by replica id, uuid of ts-b's root).
+    This process's replica cache then holds exactly these three replicas."""
+    replica_cache.clear_cache()
     roots = {ts: str(tmp_path / ts) for ts in TS}
     infos = {ts: ensure_instance(r) for ts, r in roots.items()}
     transport = DirectTransport(roots)
@@ -221,6 +224,36 @@ def test_a_client_without_the_secret_is_served_nothing(
         list(tserver_client.scan_remote(_addr(server), b"w" * 32,
                                         ScanRequest(ts_b, "t", None, root=roots["ts-b"])))
     assert tserver_client.ping(_addr(server), SECRET)["served"] == 0
+
+
+def test_ping_reports_the_servers_memory_and_the_open_replicas_against_the_budget(
+        replicas: tuple[dict[str, str], str], server: Any) -> None:
+    """The fixture's rounds ran in this process (DirectTransport): its cache holds the three
+    replicas, each with its 300 rows in a MemRowSet."""
+    mem = tserver_client.ping(_addr(server), SECRET)["memory"]
+    assert mem["open_replicas"] == 3, mem
+    assert mem["memrowset_bytes"] > 0, mem
+    assert mem["budget_bytes"] == replica_cache.cache_budget_bytes()
+    assert 0 < mem["rss_bytes"] <= mem["peak_rss_bytes"], mem
+    assert 0 <= mem["arrow_bytes"] <= mem["arrow_peak_bytes"], mem
+    replica_cache.clear_cache()
+    after = tserver_client.ping(_addr(server), SECRET)["memory"]
+    assert (after["open_replicas"], after["memrowset_bytes"], after["index_bytes"]) == (0, 0, 0)
+
+
+def test_a_table_deletion_through_the_server_deletes_the_replica_and_closes_it(
+        replicas: tuple[dict[str, str], str], server: Any) -> None:
+    """What ``KuduContext.delete_table`` does from the driver: the server deletes the files
+    and drops the open replica (a pinned task would have left it open in the server)."""
+    roots, ts_b = replicas
+    tdir = Path(roots["ts-b"], "tablets", "t")
+    assert tserver_client.ping(_addr(server), SECRET)["memory"]["open_replicas"] == 3
+    assert not delete_via_server(_addr(server), SECRET, "not-this-server", roots["ts-b"], ["t"])
+    assert not delete_via_server(_addr(server), b"w" * 32, ts_b, roots["ts-b"], ["t"])
+    assert tdir.exists()
+    assert delete_via_server(_addr(server), SECRET, ts_b, roots["ts-b"], ["t"])
+    assert not tdir.exists()
+    assert tserver_client.ping(_addr(server), SECRET)["memory"]["open_replicas"] == 2
 
 
 def test_neither_the_secret_nor_a_reusable_token_crosses_the_wire(
