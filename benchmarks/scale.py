@@ -22,7 +22,9 @@ per worker, RF=3, 3 racks through the test topology's location mapping):
    them together (shared pages split between the processes sharing them), sampled every
    0.2 s during each phase. The JSON records the replica memory budget the servers ran with
    (``PYSPARK_KUDU_REPLICA_CACHE_MB``, see ``docs/operations.md``): the server's peak should
-   stay near it plus a constant, whatever the table's size.
+   stay near it plus a constant, whatever the table's size. After each phase every tablet
+   server's own report (``ping``: RSS, Arrow's pool, open replicas and what their MemRowSets
+   and indexes hold) is read too; the JSON keeps the largest of each (``servers_*_after``).
 
 Run: ``.venv/bin/python benchmarks/scale.py [--sizes 2000000,10000000,50000000]``. 50M rows
 takes tens of minutes. Prints every figure and saves ``results/scale.{json,png}`` with the
@@ -64,6 +66,7 @@ from pyspark_kudu.schema import Predicate
 from pyspark_kudu.spark.api.context import KuduContext
 from pyspark_kudu.spark.host.identity import DATA_ROOT_ENV
 from pyspark_kudu.spark.host.replica_cache import cache_budget_bytes
+from pyspark_kudu.spark.host.tserver_client import ping
 from pyspark_kudu.testing.benchdata import (
     commit_id,
     delta_copy,
@@ -127,10 +130,14 @@ def _executor_python_memory(within: str) -> list[tuple[str, int, int]]:
 
 
 class MemorySampler:
-    """Peak executor-Python RSS per named phase (a background thread samples /proc)."""
+    """Peak executor-Python RSS per named phase (a background thread samples /proc), and at
+    the end of each phase what the tablet servers say they hold (``report``: their ``ping``
+    memory reports; the largest of each figure is kept)."""
 
-    def __init__(self, within: str, period_s: float = 0.2) -> None:
+    def __init__(self, within: str, period_s: float = 0.2,
+                 report: Callable[[], list[dict[str, int]]] | None = None) -> None:
         self._within = within
+        self.report = report
         self.phases: dict[str, dict[str, float]] = {}
         self._current: str | None = None
         self._stop = threading.Event()
@@ -167,6 +174,27 @@ class MemorySampler:
         finally:
             with self._lock:
                 self._current = None
+            self._server_report(name)
+
+    def _server_report(self, name: str) -> None:
+        try:
+            reports = self.report() if self.report is not None else []
+        except Exception as e:  # a server gone: the phase keeps its sampled figures
+            print(f"  (server memory reports failed: {e})", flush=True)
+            return
+        if not reports:
+            return
+        p = self.phases[name]
+        for key, field in (("servers_rss_after_mb", "rss_bytes"),
+                           ("servers_arrow_after_mb", "arrow_bytes"),
+                           ("servers_held_after_mb", None),
+                           ("servers_budget_mb", "budget_bytes")):
+            got = max((r["memrowset_bytes"] + r["index_bytes"]) if field is None
+                      else r[field] for r in reports) / 2**20
+            p[key] = max(p.get(key, 0.0), got)
+        p["servers_open_replicas_after"] = max(
+            p.get("servers_open_replicas_after", 0),
+            max(r["open_replicas"] for r in reports))
 
     def close(self) -> None:
         self._stop.set()
@@ -259,6 +287,12 @@ def _scans(spark: SparkSession, kudu: KuduContext, table: str, parquet: Path, re
     return out
 
 
+def _server_reports(kudu: KuduContext) -> list[dict[str, int]]:
+    """Every tablet server's memory report (``ping``)."""
+    secret = kudu.credential.encode()
+    return [ping(a, secret)["memory"] for a in kudu.server_addresses().values()]
+
+
 def _run_size(n: int, args: argparse.Namespace, base: Path) -> dict[str, Any]:
     r: dict[str, Any] = {"rows": n}
     parts = args.workers
@@ -269,6 +303,7 @@ def _run_size(n: int, args: argparse.Namespace, base: Path) -> dict[str, Any]:
         try:
             with KuduContext(spark, warehouse=str(base / "warehouse"),
                              location_mapping_cmd=MAPPING) as kudu:
+                mem.report = functools.partial(_server_reports, kudu)
                 r["simple"] = _simple_table(spark, kudu, n, parts, args, base, mem)
                 if n <= args.composite_max_rows:
                     r["composite"] = _composite_table(spark, kudu, n, parts, base, mem)

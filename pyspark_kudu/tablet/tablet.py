@@ -406,8 +406,7 @@ class Tablet:
                 chunks = merge_rowsets(sb.schema, inputs, mark, o.compaction_batch_rows)
                 outputs = write_merged(self._dir, sb.next_rowset_id, chunks, sb.schema,
                                        o.row_group_rows, o.compaction_target_rows,
-                                       sum(rs.meta.num_rows for rs in inputs),
-                                       o.bloom_fp_rate)
+                                       bloom_fp_rate=o.bloom_fp_rate)
                 next_id = sb.next_rowset_id + len(outputs)
                 crash_point("compact.after_outputs")
                 self._dir.fsync_dir("rowsets")

@@ -37,6 +37,7 @@ from pyspark_kudu.spark.host.dataplane import REF_MAGIC, StagedRef, read_staged
 from pyspark_kudu.spark.host.handlers import PeerRequest, PeerResponse, handle_requests
 from pyspark_kudu.spark.host.identity import current_host, local_data_root, run_pinned
 from pyspark_kudu.spark.host.tserver_protocol import ADDRESS_ENV
+from pyspark_kudu.tablet.memory import release_unused_memory
 from pyspark_kudu.wal import WalOptions
 
 __all__ = [
@@ -206,6 +207,9 @@ def serve_encoded(body: bytes,
         for _, root_hint, _ in task.items:
             note_root(local_data_root(root_hint), task.options)
     out = serve_in_process(task, LandedPayloads(payloads))
+    # A round's batches (pulled, decoded, applied) are garbage now: hand their pages back,
+    # or the server's RSS stays at the high-water mark of its largest rounds.
+    release_unused_memory()
     return pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
 
 

@@ -123,6 +123,9 @@ def test_streaming_merge_writes_the_files_the_full_memory_merge_wrote(
 
     assert [g.meta for g in got] == [w.meta for w in want]
     assert [_content(g) for g in got] == [_content(w) for w in want]
+    # The bloom filters too, bit for bit (a merge fills each at the end, a flush at once).
+    assert [t.directory.read_bytes(g.meta.bloom or "") for g in got] == [
+        ref_dir.read_bytes(w.meta.bloom or "") for w in want]
 
 
 def _interleaved_rowsets(root: Path, k: int, rows_each: int) -> Tablet:
