@@ -26,12 +26,7 @@ stays fast after updates without anyone asking:
   otherwise slow the writes down more than the merge does), and delta compactions wait.
   Measured: during a 10M-row ingest into 6 tablets on 6 one-core hosts, compactions of the
   rowsets the ingest had just flushed took about half of the tablet servers' busy time, and
-  the insert's per-row results round took 38-48 s instead of ~10 s. With ``busy_host``
-  (the default) the whole host counts as written while any of its replicas is: the CPU a
-  compaction takes is the host's, and a profile of a composite-key ingest into a new table
-  showed two thirds of the servers' busy time in compactions of the table ingested just
-  before (quiet, so allowed per replica) while the new one's applies waited for the CPU.
-  A tall stack is still merged at once; the rest waits for a pause in the host's writes.
+  the insert's per-row results round took 38-48 s instead of ~10 s.
 
 Thread-safety: pure functions over immutable values.
 """
@@ -57,7 +52,6 @@ class MaintenancePolicy:
     history_max_age_s: float = 900.0  # Kudu's --tablet_history_max_age_sec
     busy_s: float = 10.0
     busy_min_stack: int = 8
-    busy_host: bool = True
 
     def __post_init__(self) -> None:
         if not 0 < self.delta_ratio <= 1:

@@ -5,8 +5,8 @@ served, and runs at most one bounded operation per replica and ``max_ops`` per c
 :mod:`pyspark_kudu.tablet.maintenance` chooses: a compaction of overlapping rowsets or of a
 rowset full of ended versions, or a flush of an idle replica's MemRowSet. A replica whose
 applied index moved within the last ``busy_s`` (or that this server has not watched that
-long) is being written, and with ``busy_host`` so is every replica of the host while one
-is: it gets only the compaction of a tall stack (writes first, see that module). An operation runs
+long) is being written: it gets only the compaction of a tall stack (writes first, see that
+module). An operation runs
 under the replica's lock (``flock``: writes and scan planning on the replica wait for it,
 scans already streaming do not), marks the replica changed for other processes' caches
 first, and publishes its result with the tablet's atomic superblock replace, so a crash at
@@ -162,18 +162,16 @@ class MaintenanceManager:
                 total -= mrs
         return done
 
-    def _observe(self, root: str, tid: str) -> tuple[int, float]:
-        """The replica's applied index and for how long it has not moved (0 while it moves
-        or on the first observation); records the observation."""
+    def _next_op(self, root: str, tid: str, options: WalOptions | None
+                 ) -> MaintenanceOp | None:
+        key = (root, tid)
         applied = read_applied(tablet_dir(root, tid))
-        return applied, self._quiet((root, tid), applied, self._clock()) or 0.0
-
-    def _next_op(self, root: str, tid: str, options: WalOptions | None, applied: int,
-                 quiet: float, host_quiet: float) -> MaintenanceOp | None:
-        busy = (host_quiet if self.policy.busy_host else quiet) < self.policy.busy_s
+        now = self._clock()
+        quiet = self._quiet(key, applied, now)
         return maintain_replica(root, tid, self.policy,
-                                history_mark=self._mark((root, tid), applied, self._clock()),
-                                flush=quiet >= self.policy.flush_idle_s, busy=busy,
+                                history_mark=self._mark(key, applied, now),
+                                flush=(quiet or 0.0) >= self.policy.flush_idle_s,
+                                busy=(quiet or 0.0) < self.policy.busy_s,
                                 options=options)
 
     def _attempt(self, root: str, tid: str, op: Callable[[], MaintenanceOp | None]
@@ -193,8 +191,7 @@ class MaintenanceManager:
             roots = dict(self._roots)
         self.closed_stale += close_stale()
         done: list[MaintenanceOp] = self._pressured(roots)
-        seen: list[tuple[str, str, int, float]] = []
-        for root in roots:
+        for root, options in roots.items():
             base = os.path.join(root, "tablets")
             try:
                 tablets = sorted(n for n in os.listdir(base) if not n.startswith("."))
@@ -202,18 +199,12 @@ class MaintenanceManager:
                 continue
             self._forget_gone(root, set(tablets))
             for tid in tablets:
-                try:
-                    seen.append((root, tid, *self._observe(root, tid)))
-                except (KuduError, OSError, ValueError):
-                    continue  # deleted meanwhile, or not a replica yet
-        host_quiet = min((q for *_, q in seen), default=0.0)
-        for root, tid, applied, quiet in seen:
-            if len(done) >= self.max_ops:
-                break
-            op = self._attempt(root, tid, functools.partial(
-                self._next_op, root, tid, roots[root], applied, quiet, host_quiet))
-            if op is not None:
-                done.append(op)
+                if len(done) >= self.max_ops:
+                    break
+                op = self._attempt(root, tid, functools.partial(
+                    self._next_op, root, tid, options))
+                if op is not None:
+                    done.append(op)
         self.ops = (self.ops + done)[-100:]
         return done
 

@@ -336,37 +336,3 @@ def test_maintenance_waits_for_writes_to_pause_before_merging(
     now[0] += 2
     (op,) = manager.run_once()  # quiet for 11 s: the 8 overlapping rowsets are merged
     assert op.kind == "compact" and len(op.rowsets) == 8
-
-
-@pytest.mark.parametrize("busy_host", [True, False])
-def test_the_host_counts_as_written_while_any_of_its_replicas_is(
-        stacked: tuple[str, TabletLeader], busy_host: bool) -> None:
-    """"t" (8 overlapping rowsets) is quiet while "u" on the same host is written every
-    6 s: with ``busy_host`` the merge of "t" waits for the host's writes to pause (their
-    CPU is the host's); without it, "t" is merged once it has been quiet for ``busy_s``."""
-    root, _ = stacked
-    base = Path(root).parent
-    transport = DirectTransport({ts: str(base / ts) for ts in TS})
-    TabletLeader(TabletReplicas("u", TS), "ts-a", transport).create(SCHEMA.to_json())
-    other = TabletLeader(TabletReplicas("u", TS), "ts-a", transport)
-    other.elect()
-    now = [1000.0]
-    manager = MaintenanceManager(MaintenancePolicy(busy_s=10, busy_min_stack=9,
-                                                   flush_idle_s=3600, busy_host=busy_host),
-                                 clock=lambda: now[0])
-    manager.note(root)
-    ops = manager.run_once()  # first look at both
-    for k in range(4):
-        now[0] += 6
-        other.propose([_batch(range(k * 10, k * 10 + 10), f"u{k}")])
-        other.heartbeat()
-        ops += manager.run_once()
-    merged_t = [op for op in ops if op.tablet_id == "t" and op.kind == "compact"]
-    if busy_host:
-        assert merged_t == [] and len(_rowsets(root)) == 8
-        now[0] += 11  # the host's writes paused
-        (op,) = manager.run_once()
-        assert (op.tablet_id, op.kind, len(op.rowsets)) == ("t", "compact", 8)
-    else:
-        assert len(merged_t) == 1 and len(merged_t[0].rowsets) == 8
-    assert len(_rowsets(root)) < 8
