@@ -37,14 +37,11 @@ import argparse
 import datetime as dt
 import functools
 import json
-import os
 import shutil
 import statistics
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,9 +61,7 @@ from pyspark.sql.types import (
 from pyspark_kudu.partitioning import HashDimension, PartitionSchema, RangePartition
 from pyspark_kudu.schema import Predicate
 from pyspark_kudu.spark.api.context import KuduContext
-from pyspark_kudu.spark.host.identity import DATA_ROOT_ENV
 from pyspark_kudu.spark.host.replica_cache import cache_budget_bytes
-from pyspark_kudu.spark.host.tserver_client import ping
 from pyspark_kudu.testing.benchdata import (
     commit_id,
     delta_copy,
@@ -76,129 +71,13 @@ from pyspark_kudu.testing.benchdata import (
     rack_mapping,
     upsert_rows,
 )
+from pyspark_kudu.testing.memory_sampler import MemorySampler, server_reports
 from pyspark_kudu.testing.standalone_cluster import StandaloneCluster, cluster_session
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 MAPPING = rack_mapping(REPO)
-_EXECUTOR_PY = ("pyspark_kudu.spark.host.daemon", "pyspark.daemon", "pyspark/worker",
-                "pyspark.worker")
 _SPLIT_TS = dt.datetime(2026, 6, 1, tzinfo=dt.timezone.utc)
-
-
-# -- memory --------------------------------------------------------------------------------
-def _executor_python_memory(within: str) -> list[tuple[str, int, int]]:
-    """(role, RSS, PSS) in bytes of every executor Python process of this benchmark's
-    cluster (its environment names a data root under ``within``: other clusters running on
-    the machine are left out). Role: "server" for a resident tablet server (a gRPC server:
-    many threads), else "worker" (the daemon and its workers). PSS splits pages shared after
-    fork()."""
-    out = []
-    me = os.getpid()
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) == me:
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-            cmd = b" ".join(argv).decode(errors="replace")
-            # Python processes only: the executor JVMs carry the daemon's module name in
-            # their -D options.
-            if "python" not in os.path.basename(argv[0].decode(errors="replace")) or not any(
-                    k in cmd for k in _EXECUTOR_PY):
-                continue
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if f"{DATA_ROOT_ENV}={within}".encode() not in f.read():
-                    continue
-            rss = threads = 0
-            with open(f"/proc/{pid}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        rss = int(line.split()[1]) * 1024
-                    elif line.startswith("Threads:"):
-                        threads = int(line.split()[1])
-            pss = rss
-            with open(f"/proc/{pid}/smaps_rollup") as f:
-                for line in f:
-                    if line.startswith("Pss:"):
-                        pss = int(line.split()[1]) * 1024
-                        break
-            out.append(("server" if threads >= 8 else "worker", rss, pss))
-        except (OSError, ValueError, IndexError):
-            continue
-    return out
-
-
-class MemorySampler:
-    """Peak executor-Python RSS per named phase (a background thread samples /proc), and at
-    the end of each phase what the tablet servers say they hold (``report``: their ``ping``
-    memory reports; the largest of each figure is kept)."""
-
-    def __init__(self, within: str, period_s: float = 0.2,
-                 report: Callable[[], list[dict[str, int]]] | None = None) -> None:
-        self._within = within
-        self.report = report
-        self.phases: dict[str, dict[str, float]] = {}
-        self._current: str | None = None
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._period = period_s
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._period):
-            procs = _executor_python_memory(self._within)
-            with self._lock:
-                if self._current is None or not procs:
-                    continue
-                p = self.phases[self._current]
-                for role in ("server", "worker"):
-                    rss = [r for k, r, _ in procs if k == role]
-                    if rss:
-                        key = f"max_{role}_rss_mb"
-                        p[key] = max(p.get(key, 0.0), max(rss) / 2**20)
-                p["max_process_mb"] = max(p["max_process_mb"], max(r for _, r, _ in procs) / 2**20)
-                p["max_total_pss_mb"] = max(p["max_total_pss_mb"],
-                                            sum(q for _, _, q in procs) / 2**20)
-                p["processes"] = max(p["processes"], len(procs))
-
-    @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        with self._lock:
-            self.phases.setdefault(name, {"max_process_mb": 0.0, "max_total_pss_mb": 0.0,
-                                          "processes": 0})
-            self._current = name
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._current = None
-            self._server_report(name)
-
-    def _server_report(self, name: str) -> None:
-        try:
-            reports = self.report() if self.report is not None else []
-        except Exception as e:  # a server gone: the phase keeps its sampled figures
-            print(f"  (server memory reports failed: {e})", flush=True)
-            return
-        if not reports:
-            return
-        p = self.phases[name]
-        for key, field in (("servers_rss_after_mb", "rss_bytes"),
-                           ("servers_arrow_after_mb", "arrow_bytes"),
-                           ("servers_held_after_mb", None),
-                           ("servers_budget_mb", "budget_bytes")):
-            got = max((r["memrowset_bytes"] + r["index_bytes"]) if field is None
-                      else r[field] for r in reports) / 2**20
-            p[key] = max(p.get(key, 0.0), got)
-        p["servers_open_replicas_after"] = max(
-            p.get("servers_open_replicas_after", 0),
-            max(r["open_replicas"] for r in reports))
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
 
 
 # -- data ----------------------------------------------------------------------------------
@@ -287,12 +166,6 @@ def _scans(spark: SparkSession, kudu: KuduContext, table: str, parquet: Path, re
     return out
 
 
-def _server_reports(kudu: KuduContext) -> list[dict[str, int]]:
-    """Every tablet server's memory report (``ping``)."""
-    secret = kudu.credential.encode()
-    return [ping(a, secret)["memory"] for a in kudu.server_addresses().values()]
-
-
 def _run_size(n: int, args: argparse.Namespace, base: Path) -> dict[str, Any]:
     r: dict[str, Any] = {"rows": n}
     parts = args.workers
@@ -303,7 +176,7 @@ def _run_size(n: int, args: argparse.Namespace, base: Path) -> dict[str, Any]:
         try:
             with KuduContext(spark, warehouse=str(base / "warehouse"),
                              location_mapping_cmd=MAPPING) as kudu:
-                mem.report = functools.partial(_server_reports, kudu)
+                mem.report = functools.partial(server_reports, kudu)
                 r["simple"] = _simple_table(spark, kudu, n, parts, args, base, mem)
                 if n <= args.composite_max_rows:
                     r["composite"] = _composite_table(spark, kudu, n, parts, base, mem)

@@ -26,8 +26,9 @@ class TabletOptions:
     #: write batch loads a rowset's key index when the filter admits *any* of its keys, so
     #: with ``B`` fresh keys per batch about ``B * bloom_fp_rate`` of them pass each filter:
     #: keep the rate well below ``1 / B`` for the filters to spare the indexes (each halving
-    #: costs about 1.44 bits per row). The default suits batches of up to 65,536 rows (the
-    #: writer's largest): about 29 bits per row, against 24-40 bytes per row for a key index.
+    #: costs a few bits per row). The default suits batches of up to 65,536 rows (the
+    #: writer's largest): 39-78 bits per row in the blocked layout (:mod:`.bloom`), against
+    #: 24-40 bytes per row for a key index.
     bloom_fp_rate: float = 1e-6
     #: When a write batch needs keys from a rowset whose key index is not in memory, it reads
     #: only the row groups that may hold them if those are at most this fraction of the

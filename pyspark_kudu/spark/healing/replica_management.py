@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import os
-import pickle
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -46,8 +45,7 @@ from pyspark_kudu.master.records import TabletReport
 from pyspark_kudu.spark.host.handlers import PeerRequest, RequestKind, tablet_dir
 from pyspark_kudu.spark.host.identity import local_data_root, run_pinned
 from pyspark_kudu.spark.host.replica_cache import delete_replica
-from pyspark_kudu.spark.host.round_tasks import HostTask, ServeResult
-from pyspark_kudu.spark.host.tserver_client import serve_remote
+from pyspark_kudu.spark.host.round_tasks import HostTask, serve_task_remote
 from pyspark_kudu.spark.pinned import pinned_rdd
 from pyspark_kudu.spark.replication.lease_keeper import LeaseKeeper
 from pyspark_kudu.spark.replication.session_client import SessionAddress, SessionClient
@@ -389,8 +387,7 @@ def delete_via_server(address: str, secret: bytes, ts_uuid: str, root: str | Non
     task = HostTask("", ((ts_uuid, root, tuple(
         PeerRequest(RequestKind.WIPE, t, ts_uuid) for t in tablet_ids)),), None)
     try:
-        out: ServeResult = pickle.loads(serve_remote(
-            address, secret, pickle.dumps((task, {}), protocol=pickle.HIGHEST_PROTOCOL)))
+        out = serve_task_remote(address, secret, task)
     except KuduError as e:
         _log.info("deleting replicas through %s failed: %s", address, e)
         return False

@@ -215,8 +215,7 @@ def close_stale() -> int:
     stale: list[tuple[tuple[str, str], ReplicaHandle]] = []
     for key, handle in items:
         try:
-            with open(handle.io.local_path(_GEN_FILE), "rb") as f:
-                current = f.read().decode(errors="replace").strip()
+            current = _stored_generation(handle.io)
         except OSError:  # the replica's directory is gone (deleted, or renamed to be)
             current = ""
         if current != handle.generation:
@@ -235,12 +234,23 @@ def close_stale() -> int:
     return len(closed)
 
 
+def _stored_generation(io: FileIO) -> str:
+    """The generation token on disk ("" if empty). The file is replaced atomically, so this
+    needs no lock.
+
+    Raises:
+        OSError: it cannot be read (``FileNotFoundError``: the replica has none, or its
+            directory is gone).
+    """
+    with open(io.local_path(_GEN_FILE), "rb") as f:
+        return f.read().decode(errors="replace").strip()
+
+
 def _read_generation(io: FileIO) -> str:
     """(Lock held.) The replica's generation token; a replica without one gets one now, so
     that no two incarnations of a replica directory ever share a token."""
     try:
-        with open(io.local_path(_GEN_FILE), "rb") as f:
-            gen = f.read().decode(errors="replace").strip()
+        gen = _stored_generation(io)
     except FileNotFoundError:
         gen = ""
     return gen or _write_generation(io)

@@ -56,6 +56,7 @@ __all__ = [
     "serve_encoded",
     "serve_host",
     "serve_in_process",
+    "serve_task_remote",
     "unland",
     "where",
 ]
@@ -169,8 +170,6 @@ def serve_host(task: HostTask, delivered: Mapping[str, bytes | Landed] | None = 
     secret = secret_from_env() if resident and address else b""
     if not secret:
         return serve_in_process(task, LandedPayloads(delivered or {}))
-    from pyspark_kudu.spark.host.tserver_client import serve_remote
-
     landed: list[Landed] = []
     try:
         payloads: dict[str, bytes | Landed] = {}
@@ -179,12 +178,8 @@ def serve_host(task: HostTask, delivered: Mapping[str, bytes | Landed] | None = 
                 data = _land_bytes(data)
                 landed.append(data)
             payloads[path] = data
-        # Pickled: only a task of this application on this very host calls its resident
-        # server, over a channel authenticated with the application's credential.
-        body = pickle.dumps((task, payloads), protocol=pickle.HIGHEST_PROTOCOL)
         try:
-            out: ServeResult = pickle.loads(serve_remote(address, secret, body))
-            return out
+            return serve_task_remote(address, secret, task, payloads)
         except NetworkError as e:
             # The server is gone although its executor runs (Raft requests are safe to
             # deliver again: appends and steps are idempotent). Serve here instead.
@@ -195,6 +190,25 @@ def serve_host(task: HostTask, delivered: Mapping[str, bytes | Landed] | None = 
         for f in landed:
             with contextlib.suppress(OSError):
                 os.remove(f.path)
+
+
+def serve_task_remote(address: str, secret: bytes, task: HostTask,
+                      payloads: Mapping[str, bytes | Landed] | None = None) -> ServeResult:
+    """Have the resident tablet server at ``address`` serve ``task`` (its
+    :func:`serve_encoded`), from a round task on its host or from the driver.
+
+    Pickled: only this application's own processes call its servers, over a channel
+    authenticated with the application's credential (``secret``).
+
+    Raises:
+        KuduError: the server could not be reached or refused the call (``NetworkError``
+            when it is unreachable).
+    """
+    from pyspark_kudu.spark.host.tserver_client import serve_remote
+
+    body = pickle.dumps((task, dict(payloads or {})), protocol=pickle.HIGHEST_PROTOCOL)
+    out: ServeResult = pickle.loads(serve_remote(address, secret, body))
+    return out
 
 
 def serve_encoded(body: bytes,

@@ -1,5 +1,6 @@
-"""Per-rowset bloom filters: no false negatives, the target false-positive rate, damaged files
-fall back to the key index, and writes of fresh keys stop loading key indexes."""
+"""Per-rowset bloom filters: no false negatives, the target false-positive rate (blocked and
+standard layouts), damaged files fall back to the key index, files of the old layout still
+work, and writes of fresh keys stop loading key indexes."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -26,7 +28,16 @@ from pyspark_kudu.tablet import (
     install_tablet_copy,
     tablet_dir,
 )
-from pyspark_kudu.tablet.bloom import BloomFilter, bloom_hashes
+from pyspark_kudu.tablet.bloom import (
+    BLOCKED,
+    STANDARD,
+    BloomFilter,
+    blocked_fp_rate,
+    bloom_hashes,
+    read_bloom,
+    write_bloom,
+)
+from pyspark_kudu.tablet.rowset import bloom_check
 
 INT_KEY = Schema((ColumnSchema("id", "int64", nullable=False), ColumnSchema("v", "int64")),
                  ("id",))
@@ -49,10 +60,11 @@ def _random_hashes(n: int, seed: int) -> np.ndarray:
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(kind=st.sampled_from(["int", "str", "composite"]),
-       n=st.integers(1, 300), fp=st.sampled_from([0.2, 0.01, 1e-4]),
-       oversize=st.integers(1, 50), data=st.data())
+       n=st.integers(1, 300), fp=st.sampled_from([0.2, 0.01, 1e-4, 1e-6]),
+       oversize=st.integers(1, 50), version=st.sampled_from([BLOCKED, STANDARD]),
+       data=st.data())
 def test_a_filter_never_rejects_a_key_it_holds(kind: str, n: int, fp: float, oversize: int,
-                                               data: st.DataObject) -> None:
+                                               version: int, data: st.DataObject) -> None:
     if kind == "int":
         schema = INT_KEY
         ids = data.draw(st.lists(st.integers(-2**63, 2**63 - 1), min_size=n, max_size=n))
@@ -69,13 +81,38 @@ def test_a_filter_never_rejects_a_key_it_holds(kind: str, n: int, fp: float, ove
             "n": pa.array(data.draw(st.lists(st.integers(-2**31, 2**31 - 1), min_size=n,
                                              max_size=n)), pa.int32())})
     hashes = bloom_hashes(table, schema)
-    bloom = BloomFilter.sized(n * oversize, fp)  # a compaction output sizes in advance ...
+    bloom = BloomFilter.sized(n * oversize, fp, version=version)  # room to spare, or none
     for part in np.array_split(hashes, 3):
         bloom.add(part)
-    bloom.shrink(fp)  # ... and folds down to the rows it got
     assert bloom.may_contain(hashes).all()
     again, check = BloomFilter.from_bytes(bloom.to_bytes(42), "test")
-    assert check == 42 and again.may_contain(hashes).all()
+    assert check == 42 and again.version == version and again.may_contain(hashes).all()
+
+
+def test_a_blocked_filter_larger_than_its_add_window_holds_every_key(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keys are grouped by window when the filter is larger than one (bounded memory)."""
+    import pyspark_kudu.tablet.bloom as bloom_module
+    keys = _random_hashes(20_000, 7)
+    whole = BloomFilter.sized(len(keys), 1e-6)
+    whole.add(keys)
+    monkeypatch.setattr(bloom_module, "_WINDOW_BITS", 4096)  # many windows
+    windowed = BloomFilter.sized(len(keys), 1e-6)
+    assert windowed.num_bits // 4096 >= 64
+    windowed.add(keys[:7_000])
+    windowed.add(keys[7_000:])
+    assert np.array_equal(windowed.bits, whole.bits)  # the same bits, set window by window
+
+
+def test_the_blocked_layout_sets_the_bits_its_format_defines() -> None:
+    """The salts and the block choice are the file format: a filter written by another
+    build must answer the same. 65,536 bits = 128 blocks: block 0xEF mod 128 = 111."""
+    bloom = BloomFilter.sized(2000, 1e-4)
+    assert (bloom.version, bloom.num_bits, bloom.k) == (BLOCKED, 65536, 5)
+    bloom.add(np.array([0x0123456789ABCDEF], dtype=np.uint64))
+    set_bits = np.flatnonzero(np.unpackbits(bloom.bits, bitorder="little")).tolist()
+    assert set_bits == [57109, 57167, 57198, 57223, 57335]
+    assert all(111 * 512 <= b < 112 * 512 for b in set_bits)
 
 
 def test_composite_keys_hash_every_key_column() -> None:
@@ -85,13 +122,41 @@ def test_composite_keys_hash_every_key_column() -> None:
     assert h[0] != h[1]
 
 
-def test_false_positive_rate_is_near_the_target_on_100k_keys() -> None:
-    keys, others = _random_hashes(100_000, 1), _random_hashes(100_000, 2) + np.uint64(1)
-    bloom = BloomFilter.sized(len(keys), 0.01)
+def _fp_rate(bloom: BloomFilter, keys: np.ndarray) -> float:
+    others = np.random.default_rng(99).integers(0, 2**64, size=1_000_000, dtype=np.uint64)
+    others = others[~np.isin(others, keys)]
+    return float(bloom.may_contain(others).mean())
+
+
+@pytest.mark.parametrize("target", [0.01, 1e-3, 1e-4])
+def test_blocked_false_positive_rate_meets_the_target_and_its_model(target: float) -> None:
+    keys = np.random.default_rng(1).integers(0, 2**64, size=100_000, dtype=np.uint64)
+    bloom = BloomFilter.sized(len(keys), target)
+    bloom.add(keys)
+    model = blocked_fp_rate(bloom.num_bits / len(keys), bloom.k)
+    assert model <= target
+    rate = _fp_rate(bloom, keys)
+    # 1M queries: the measured rate is within a few standard deviations of the model.
+    assert rate <= model * 1.3 + 5e-5, (rate, model)
+    # The fewest hash bits that reach the target: one fewer would not.
+    assert bloom.k == 1 or blocked_fp_rate(bloom.num_bits / len(keys), bloom.k - 1) > target
+
+
+def test_blocked_sizing_at_the_default_rate() -> None:
+    """1e-6: at least 39 bits per key (a standard filter needs 29), at most twice that (the
+    power-of-two rounding)."""
+    for n in (1_000, 65_536, 300_000, 1_600_000):
+        bloom = BloomFilter.sized(n)
+        assert 39 <= bloom.num_bits / n <= 2 * 39.5
+        assert blocked_fp_rate(bloom.num_bits / n, bloom.k) <= 1e-6
+
+
+def test_standard_false_positive_rate_is_near_the_target_on_100k_keys() -> None:
+    keys = _random_hashes(100_000, 1)
+    bloom = BloomFilter.sized(len(keys), 0.01, version=STANDARD)
     bloom.add(keys)
     assert bloom.k == 7 and 9.5 <= bloom.num_bits / len(keys) < 20
-    rate = float(bloom.may_contain(others).mean())  # odd hashes: none was added
-    assert rate < 0.03
+    assert _fp_rate(bloom, keys) < 0.03
 
 
 @pytest.mark.parametrize("damage", ["crc", "truncate", "magic", "version"])
@@ -99,6 +164,7 @@ def test_damaged_filter_bytes_are_refused(damage: str) -> None:
     bloom = BloomFilter.sized(100)
     bloom.add(_random_hashes(100, 3))
     data = bytearray(bloom.to_bytes(0))
+    assert BloomFilter.from_bytes(bytes(data), "test")[0].may_contain(_random_hashes(100, 3)).all()
     if damage == "crc":
         data[40] ^= 0xFF
     elif damage == "truncate":
@@ -134,6 +200,19 @@ def _strip_blooms(root: str, tablet_id: str) -> None:
     assert "bloom" not in d.read_bytes("superblock").decode()  # the old format exactly
 
 
+def _rewrite_blooms_standard(root: str, tablet_id: str) -> None:
+    """Rewrite every rowset's filter in the standard layout (version 1), as a build from
+    before the blocked layout wrote it."""
+    d = tablet_dir(root, tablet_id)
+    for m in Superblock.load(d).rowsets:
+        assert m.bloom is not None
+        keys = pq.read_table(d.path(m.file), columns=["id"])
+        old = BloomFilter.sized(keys.num_rows, OPTIONS.bloom_fp_rate, version=STANDARD)
+        old.add(bloom_hashes(keys, INT_KEY))
+        write_bloom(d, m.bloom, old, bloom_check(INT_KEY, m.min_key, old.seed))
+        assert read_bloom(d, m.bloom)[0].version == STANDARD
+
+
 @pytest.fixture
 def stored(tmp_path: Path, no_fsync: None) -> tuple[str, np.ndarray, np.ndarray]:
     """A tablet with 8 flushed rowsets of random keys over one range, and fresh keys."""
@@ -149,16 +228,19 @@ def stored(tmp_path: Path, no_fsync: None) -> tuple[str, np.ndarray, np.ndarray]
     return root, keys[:half], keys[half:]
 
 
-@pytest.mark.parametrize("blooms", [True, False], ids=["with-blooms", "old-format"])
+@pytest.mark.parametrize("blooms", ["blocked", "standard", "none"],
+                         ids=["with-blooms", "standard-layout-blooms", "old-format"])
 def test_inserting_fresh_keys_loads_no_key_index_only_with_blooms(
-        stored: tuple[str, np.ndarray, np.ndarray], blooms: bool) -> None:
+        stored: tuple[str, np.ndarray, np.ndarray], blooms: str) -> None:
     root, _, fresh = stored
-    if not blooms:
+    if blooms == "none":
         _strip_blooms(root, "t")
+    elif blooms == "standard":
+        _rewrite_blooms_standard(root, "t")
     t = Tablet.open(root, "t", options=OPTIONS)  # no index in memory
     for part in np.array_split(fresh, 8):
         assert _apply(t, OpType.INSERT, part) == []
-    if blooms:
+    if blooms != "none":
         assert t.metrics.key_index_loads == 0
         assert t.metrics.bloom_skips == t.metrics.bloom_checks == 8 * ROWSETS
     else:
@@ -166,12 +248,15 @@ def test_inserting_fresh_keys_loads_no_key_index_only_with_blooms(
         assert t.metrics.bloom_checks == 0
 
 
-@pytest.mark.parametrize("blooms", [True, False], ids=["with-blooms", "old-format"])
+@pytest.mark.parametrize("blooms", ["blocked", "standard", "none"],
+                         ids=["with-blooms", "standard-layout-blooms", "old-format"])
 def test_writes_to_existing_keys_still_find_them(
-        stored: tuple[str, np.ndarray, np.ndarray], blooms: bool) -> None:
+        stored: tuple[str, np.ndarray, np.ndarray], blooms: str) -> None:
     root, old, fresh = stored
-    if not blooms:
+    if blooms == "none":
         _strip_blooms(root, "t")
+    elif blooms == "standard":
+        _rewrite_blooms_standard(root, "t")
     t = Tablet.open(root, "t", options=OPTIONS)
     assert _apply(t, OpType.INSERT, [old[3], fresh[0]]) == ["AlreadyPresent"]
     assert _apply(t, OpType.UPDATE, old[:200], v=1) == []
