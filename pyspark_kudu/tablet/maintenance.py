@@ -20,8 +20,8 @@ stays fast after updates without anyone asking:
   (no new entries) for ``flush_idle_s``: its MemRowSet leaves memory and a process that
   reopens it replays nothing.
 - **Writes first**: a replica that applied entries within the last ``busy_s`` is being
-  written. A compaction runs under the replica's lock, so the writes' applies wait for it,
-  and on a host with one core it takes the CPU the writes need: while a replica is being
+  written. A compaction takes the CPU the writes need on a host with one core (and its merge
+  is dropped if the writes end versions in its inputs meanwhile): while a replica is being
   written only a stack at least ``busy_min_stack`` high is merged (its lookups would
   otherwise slow the writes down more than the merge does), and delta compactions wait.
   Measured: during a 10M-row ingest into 6 tablets on 6 one-core hosts, compactions of the

@@ -20,8 +20,9 @@ once, when it is done, sized for the rows it got: one dense pass over the filter
 a scattered OR per piece, which cost ~130 ns per key and hash function (20 at the default
 false-positive rate) and was a third of a busy server's time during a composite-key ingest.
 
-Thread-safety: functions over their arguments; call under the tablet lock (they read the
-input rowsets' deltas).
+Thread-safety: functions over their arguments. :func:`merge_rowsets` reads the input
+rowsets' deltas when it starts unless it is given a snapshot of them: without one, iterate it
+under the tablet lock.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pyspark_kudu.errors import IllegalStateError
 from pyspark_kudu.fileio import FileIO
 from pyspark_kudu.schema import Schema
 from pyspark_kudu.tablet.bloom import DEFAULT_FP_RATE, BloomFilter, bloom_hashes, write_bloom
@@ -127,8 +129,9 @@ def _comparable(col: pa.ChunkedArray) -> pa.ChunkedArray:
 class _Input:
     """One input rowset read in batches, its deltas folded in, invisible versions dropped."""
 
-    def __init__(self, rs: DiskRowSet, history_mark: int, batch_rows: int) -> None:
-        rows, ends = rs.deltas()
+    def __init__(self, rs: DiskRowSet, history_mark: int, batch_rows: int,
+                 deltas: tuple[I64, I64] | None = None) -> None:
+        rows, ends = rs.deltas() if deltas is None else deltas
         order = np.argsort(rows, kind="stable")
         self._drows, self._dends = rows[order], ends[order]
         self._mark = history_mark
@@ -164,12 +167,19 @@ class _Input:
 
 
 def merge_rowsets(schema: Schema, rowsets: Sequence[DiskRowSet], history_mark: int,
-                  batch_rows: int, stats: MergeStats | None = None) -> Iterator[pa.Table]:
+                  batch_rows: int, stats: MergeStats | None = None,
+                  deltas: Sequence[tuple[I64, I64]] | None = None) -> Iterator[pa.Table]:
     """Sorted chunks of complete keys: together, every version of ``rowsets`` visible at
-    some snapshot ``>= history_mark``, in key then ``ts`` order (module docstring)."""
+    some snapshot ``>= history_mark``, in key then ``ts`` order (module docstring).
+
+    ``deltas``: each rowset's ``(rows, ends)`` as the caller took them under the tablet
+    lock, for a merge that runs without it (default: read from the rowsets when the merge
+    starts, which needs the lock)."""
     order = _Order(schema)
     stats = stats if stats is not None else MergeStats()
-    inputs = [_Input(rs, history_mark, max(1, batch_rows)) for rs in rowsets]
+    snap = list(deltas) if deltas is not None else [None] * len(rowsets)
+    inputs = [_Input(rs, history_mark, max(1, batch_rows), d)
+              for rs, d in zip(rowsets, snap, strict=True)]
     for inp in inputs:
         inp.fill()
     while True:
@@ -265,9 +275,13 @@ class _Output:
 
 def write_merged(fileio: FileIO, first_id: int, chunks: Iterable[pa.Table], schema: Schema,
                  row_group_rows: int, target_rows: int,
-                 bloom_fp_rate: float = DEFAULT_FP_RATE) -> list[DiskRowSet]:
+                 bloom_fp_rate: float = DEFAULT_FP_RATE,
+                 id_limit: int | None = None) -> list[DiskRowSet]:
     """Write the sorted ``chunks`` (each of complete keys) as rowsets ``first_id``, ... of
-    about ``target_rows`` rows each, cut between keys (module docstring)."""
+    about ``target_rows`` rows each, cut between keys (module docstring). With
+    ``id_limit``, an output that would need id ``id_limit`` or above raises
+    :class:`~pyspark_kudu.errors.IllegalStateError` before any file of it is written (the
+    ids above were not reserved for this merge)."""
     order = _Order(schema)
     outputs: list[DiskRowSet] = []
     out: _Output | None = None
@@ -276,6 +290,10 @@ def write_merged(fileio: FileIO, first_id: int, chunks: Iterable[pa.Table], sche
         for chunk in chunks:
             while chunk.num_rows:
                 if out is None:
+                    if id_limit is not None and next_id >= id_limit:
+                        raise IllegalStateError(
+                            f"a merge needs more than the {id_limit - first_id} rowset ids "
+                            f"reserved for it (from {first_id})")
                     out = _Output(fileio, next_id, schema, row_group_rows, bloom_fp_rate)
                     next_id += 1
                 need = max(target_rows - out.n, 0)

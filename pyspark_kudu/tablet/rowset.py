@@ -284,6 +284,9 @@ class DiskRowSet:
         self._footer: pq.FileMetaData | None = None  # read with the key ranges, then kept
         self._pins = 0
         self._retired: Callable[[], None] | None = None
+        #: How many times a write ended versions here (tablet lock held): a compaction merged
+        #: without the lock commits only if this did not move meanwhile.
+        self.changes = 0
         self._pin_lock = threading.Lock()
 
     # -- deltas -------------------------------------------------------------------------
@@ -297,6 +300,7 @@ class DiskRowSet:
 
     def end_versions(self, rows: I64, ts: int) -> None:
         """Record that the versions at ``rows`` were replaced or deleted at ``ts``."""
+        self.changes += 1
         if self.index is not None:
             self.index.set_end(rows, ts)
         ends = np.full(len(rows), ts, dtype=np.int64)

@@ -46,6 +46,7 @@ class TabletMetrics:
     row_errors: int = 0
     flushes: int = 0
     compactions: int = 0
+    compaction_conflicts: int = 0  # merges dropped: a write ended versions in an input meanwhile
     rowset_files_opened: int = 0  # rowset data files opened by scans
     key_index_loads: int = 0  # rowset key indexes built by reading a file (write path)
     point_lookups: int = 0  # ... rowsets a write batch probed reading only some row groups

@@ -6,11 +6,16 @@ served, and runs at most one bounded operation per replica and ``max_ops`` per c
 rowset full of ended versions, or a flush of an idle replica's MemRowSet. A replica whose
 applied index moved within the last ``busy_s`` (or that this server has not watched that
 long) is being written: it gets only the compaction of a tall stack (writes first, see that
-module). An operation runs
-under the replica's lock (``flock``: writes and scan planning on the replica wait for it,
-scans already streaming do not), marks the replica changed for other processes' caches
-first, and publishes its result with the tablet's atomic superblock replace, so a crash at
-any point loses nothing (the tablet's crash points cover flush and compaction).
+module). A flush runs under the replica's lock (``flock``: writes and scan planning on the
+replica wait for it, scans already streaming do not). A compaction holds the lock only to
+start and to commit, and merges without it (:meth:`~pyspark_kudu.tablet.Tablet.prepare_compaction`):
+measured at 50M rows, compactions of 8M-row tablets holding the lock made scans wait 87 s
+instead of 17 s. A merge whose inputs a write changed meanwhile is dropped
+(``compact_conflict``); after ``max_conflicts`` of them in a row the replica's next
+compaction holds the lock throughout, as before. Every operation marks the replica changed
+for other processes' caches first, and publishes its result with the tablet's atomic
+superblock replace, so a crash at any point loses nothing (the tablet's crash points cover
+flush and compaction).
 
 **History**: versions ended before the *ancient history mark* are dropped by a compaction.
 The mark is the newest applied index this server observed at least ``history_max_age_s``
@@ -58,7 +63,8 @@ _log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class MaintenanceOp:
-    """One operation a cycle ran: ``kind`` is "compact" or "flush"."""
+    """One operation a cycle ran: ``kind`` is "compact", "compact_conflict" (merged, then
+    dropped: a write changed an input meanwhile) or "flush"."""
 
     root: str
     tablet_id: str
@@ -70,11 +76,16 @@ class MaintenanceOp:
 def maintain_replica(root: str, tablet_id: str, policy: MaintenancePolicy, *,
                      history_mark: int | None = None, flush: bool = False,
                      compact: bool = True, busy: bool = False,
-                     options: WalOptions | None = None) -> MaintenanceOp | None:
+                     options: WalOptions | None = None,
+                     locked: bool = False) -> MaintenanceOp | None:
     """Run the next maintenance operation of one replica, if any is due (module docstring).
     ``flush``: the replica has been idle long enough to flush its MemRowSet (or memory is
     short); ``compact=False``: flush only; ``busy``: the replica is being written (see
-    :func:`~pyspark_kudu.tablet.maintenance.choose_compaction`)."""
+    :func:`~pyspark_kudu.tablet.maintenance.choose_compaction`).
+
+    A compaction merges *without* the replica's lock (module docstring) unless ``locked``;
+    one whose inputs a write changed meanwhile is dropped and reported as
+    ``compact_conflict``."""
     io = tablet_dir(root, tablet_id)
     if (not io.exists(SUPERBLOCK_FILE) or failed_reason(io) is not None
             or io.exists(COPYING_FILE)):
@@ -88,13 +99,30 @@ def maintain_replica(root: str, tablet_id: str, policy: MaintenancePolicy, *,
             return None
         h.will_mutate()
         tablet = h.open_tablet(root, tablet_id, applied)
-        if ids:
-            mark = None if history_mark is None else min(history_mark, applied)
+        if not ids:
+            if not tablet.flush():
+                return None
+            return MaintenanceOp(root, tablet_id, "flush", (), time.perf_counter() - t0)
+        mark = None if history_mark is None else min(history_mark, applied)
+        if locked:
             tablet.compact(mark, rowset_ids=ids)
             return MaintenanceOp(root, tablet_id, "compact", ids, time.perf_counter() - t0)
-        if not tablet.flush():
-            return None
-        return MaintenanceOp(root, tablet_id, "flush", (), time.perf_counter() - t0)
+        job = tablet.prepare_compaction(mark, rowset_ids=ids)
+    if job is None:
+        return None
+    # The merge, without the replica's lock: this process's rounds apply to the replica
+    # and scans plan on it meanwhile (it is back in the cache). Other processes may open
+    # it too; the commit below notices what matters.
+    tablet.run_compaction(job)
+    with open_replica(root, io, tablet_id, options, mutate=False) as h2:
+        if h2 is h and h2.tablet is tablet:
+            h2.will_mutate()
+            done = tablet.commit_compaction(job)
+        else:  # closed and reopened meanwhile (changed by another process, or evicted)
+            tablet.abandon_compaction(job)
+            done = False
+    return MaintenanceOp(root, tablet_id, "compact" if done else "compact_conflict", ids,
+                         time.perf_counter() - t0)
 
 
 class MaintenanceManager:
@@ -117,6 +145,11 @@ class MaintenanceManager:
         self.ops: list[MaintenanceOp] = []  # the most recent operations, newest last
         self.errors = 0
         self.closed_stale = 0  # cached replicas closed because another process changed them
+        #: Replicas whose last unlocked compactions were dropped, and how many in a row: at
+        #: ``max_conflicts`` the next one holds the lock (a tablet updated everywhere all
+        #: the time would otherwise never be compacted).
+        self._conflicts: dict[tuple[str, str], int] = {}
+        self.max_conflicts = 2
 
     def note(self, root: str, options: WalOptions | None = None) -> None:
         """This server serves replicas under ``root`` (with these WAL options)."""
@@ -168,11 +201,17 @@ class MaintenanceManager:
         applied = read_applied(tablet_dir(root, tid))
         now = self._clock()
         quiet = self._quiet(key, applied, now)
-        return maintain_replica(root, tid, self.policy,
-                                history_mark=self._mark(key, applied, now),
-                                flush=(quiet or 0.0) >= self.policy.flush_idle_s,
-                                busy=(quiet or 0.0) < self.policy.busy_s,
-                                options=options)
+        op = maintain_replica(root, tid, self.policy,
+                              history_mark=self._mark(key, applied, now),
+                              flush=(quiet or 0.0) >= self.policy.flush_idle_s,
+                              busy=(quiet or 0.0) < self.policy.busy_s,
+                              options=options,
+                              locked=self._conflicts.get(key, 0) >= self.max_conflicts)
+        if op is not None and op.kind == "compact_conflict":
+            self._conflicts[key] = self._conflicts.get(key, 0) + 1
+        elif op is not None and op.kind == "compact":
+            self._conflicts.pop(key, None)
+        return op
 
     def _attempt(self, root: str, tid: str, op: Callable[[], MaintenanceOp | None]
                  ) -> MaintenanceOp | None:
@@ -210,7 +249,7 @@ class MaintenanceManager:
 
     def _forget_gone(self, root: str, present: set[str]) -> None:
         """Drop what the cycles remember of ``root``'s replicas that are gone (deleted)."""
-        for seen in (self._history, self._changed):
+        for seen in (self._history, self._changed, self._conflicts):
             for key in [k for k in seen if k[0] == root and k[1] not in present]:
                 del seen[key]
 

@@ -336,3 +336,42 @@ def test_maintenance_waits_for_writes_to_pause_before_merging(
     now[0] += 2
     (op,) = manager.run_once()  # quiet for 11 s: the 8 overlapping rowsets are merged
     assert op.kind == "compact" and len(op.rowsets) == 8
+
+
+def test_a_write_during_the_merge_drops_it_and_the_next_attempt_holds_the_lock(
+        stacked: tuple[str, TabletLeader], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The merge runs without the replica's lock: a round applies to the replica meanwhile
+    (here, an upsert of keys the inputs hold), so the commit drops the merge; the manager's
+    next compaction of that replica, after ``max_conflicts`` in a row, holds the lock."""
+    from pyspark_kudu.tablet import Tablet
+
+    root, lead = stacked
+    real = Tablet.run_compaction
+    writes = iter(range(100))
+
+    def run_with_a_write(self: Tablet, job: object) -> None:
+        k = next(writes)
+        if k < 3:  # the three unlocked merges below (the fourth holds the lock: no round
+            #        could get in, this thread would wait on itself)
+            # Keys whose live versions are in the inputs (not in the rowset the previous
+            # attempt's write was flushed into): each attempt meets a change.
+            lead.propose([_batch(range(20 * k, 20 * k + 20), f"during-{k}")])
+            lead.heartbeat()
+        real(self, job)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Tablet, "run_compaction", run_with_a_write)
+    policy = MaintenancePolicy(flush_idle_s=0, busy_s=0, budget_bytes=1 << 30)
+    op = maintain_replica(root, "t", policy)
+    assert op is not None and op.kind == "compact_conflict"
+    assert len(_rowsets(root)) == 8  # nothing published
+    assert dict(_rows(root))[5] == "during-0-5"  # the write is there
+    manager = MaintenanceManager(policy, interval_s=0.05)
+    manager.note(root)
+    kinds = []
+    for _ in range(3):
+        kinds += [op.kind for op in manager.run_once() if op.kind != "flush"]
+    assert kinds[:3] == ["compact_conflict", "compact_conflict", "compact"], kinds
+    want = dict(_rows(root))
+    assert (want[5], want[25], want[45]) == ("during-0-5", "during-1-25", "during-2-45")
+    assert len(_rowsets(root)) < 8
+    assert not manager.errors
