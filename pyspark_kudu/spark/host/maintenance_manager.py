@@ -48,6 +48,7 @@ from pyspark_kudu.spark.host.handlers import failed_reason, read_applied, tablet
 from pyspark_kudu.spark.host.replica_cache import (
     cache_budget_bytes,
     cached_memory,
+    close_cached,
     close_stale,
     open_replica,
 )
@@ -113,7 +114,13 @@ def maintain_replica(root: str, tablet_id: str, policy: MaintenancePolicy, *,
     # The merge, without the replica's lock: this process's rounds apply to the replica
     # and scans plan on it meanwhile (it is back in the cache). Other processes may open
     # it too; the commit below notices what matters.
-    tablet.run_compaction(job)
+    try:
+        tablet.run_compaction(job)
+    except BaseException:
+        # As a failure under the lock would: the next request reopens the replica from its
+        # files (and finds out what is wrong with them) instead of meeting a failed tablet.
+        close_cached(root, tablet_id)
+        raise
     with open_replica(root, io, tablet_id, options, mutate=False) as h2:
         if h2 is h and h2.tablet is tablet:
             h2.will_mutate()

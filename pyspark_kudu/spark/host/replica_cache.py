@@ -65,6 +65,7 @@ __all__ = [
     "cache_stats",
     "cached_memory",
     "clear_cache",
+    "close_cached",
     "close_stale",
     "delete_replica",
     "memory_report",
@@ -201,6 +202,18 @@ def clear_cache() -> None:
         _cache.clear()
     for h in handles:
         h.close()
+
+
+def close_cached(root: str, tablet_id: str) -> bool:
+    """Close this process's cached handle of the replica if it is idle in the cache, so that
+    the next request reopens the replica from its files (after a failure outside any
+    request, e.g. a compaction's merge). A handle in use is left to its request."""
+    with _cache_lock:
+        handle = _cache.pop((root, tablet_id), None)
+    if handle is None:
+        return False
+    handle.close()
+    return True
 
 
 def close_stale() -> int:

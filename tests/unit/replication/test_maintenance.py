@@ -375,3 +375,25 @@ def test_a_write_during_the_merge_drops_it_and_the_next_attempt_holds_the_lock(
     assert (want[5], want[25], want[45]) == ("during-0-5", "during-1-25", "during-2-45")
     assert len(_rowsets(root)) < 8
     assert not manager.errors
+
+
+def test_a_merge_that_fails_closes_the_replica_so_the_next_request_reopens_it(
+        stacked: tuple[str, TabletLeader], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A damaged input met by the unlocked merge fails the tablet, as under the lock; the
+    cached handle is closed, so the next request opens the replica from its files."""
+    from pyspark_kudu.errors import CorruptionError
+    from pyspark_kudu.spark.host.replica_cache import cached_memory
+    from pyspark_kudu.tablet import tablet as tablet_module
+
+    root, _ = stacked
+    before = _rows(root)
+
+    def damaged(*args: object, **kwargs: object) -> object:
+        raise CorruptionError("a damaged input rowset (injected)")
+
+    monkeypatch.setattr(tablet_module, "write_merged", damaged)
+    with pytest.raises(CorruptionError, match="injected"):
+        maintain_replica(root, "t", MaintenancePolicy(busy_s=0, budget_bytes=1 << 30))
+    assert (root, "t") not in cached_memory()
+    monkeypatch.undo()
+    assert _rows(root) == before and len(_rowsets(root)) == 8  # reopened from its files
