@@ -21,7 +21,7 @@ with :data:`BLOOM_SEED`, all key columns). Two layouts, told apart by the file's
   254 / 351); on the same machine saturated by a cluster, adding 1.6M keys took 288 ns per
   key against 1,399. A blocked filter needs more bits for the same false-positive rate
   (keys per block vary): :func:`blocked_fp_rate` is its exact rate for ``c`` bits per key
-  (measured rates match it within 10%, ``test_bloom.py``), and :meth:`BloomFilter.sized`
+  (measured rates came within 13% of it, ``test_bloom.py``), and :meth:`BloomFilter.sized`
   takes the fewest power-of-two blocks that reach the target, then the fewest hash bits
   ``k`` that do (1e-6 by default: 39-78 bits per key, ``k`` 7-16; 1%: 10-20 bits, ``k``
   3-7).
