@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
 from pyspark_kudu.errors import IllegalStateError
@@ -16,11 +15,10 @@ from pyspark_kudu.tablet import (
     TabletEvent,
     TabletOptions,
     TabletState,
-    encode_write_batch,
 )
 from pyspark_kudu.tablet.state import TRANSITIONS, next_state
 
-from .workload import SCHEMA
+from .workload import SCHEMA, write
 
 OPTIONS = TabletOptions(flush_threshold_bytes=0, row_group_rows=16, compaction_target_rows=25)
 
@@ -28,15 +26,6 @@ OPTIONS = TabletOptions(flush_threshold_bytes=0, row_group_rows=16, compaction_t
 @pytest.fixture
 def tablet(tmp_path: Path, no_fsync: None) -> Tablet:
     return Tablet.create(str(tmp_path), "t", SCHEMA, log=MemoryLog(), options=OPTIONS)
-
-
-def write(t: Tablet, op: OpType, ids: list[int], v: int = 0) -> int:
-    index = t.applied_index + 1
-    data = encode_write_batch(SCHEMA, op, pa.table({"id": ids, "v": [v] * len(ids)}))
-    assert t.log is not None
-    t.log.append((index, data))  # type: ignore[attr-defined]
-    assert t.apply(index, data).ok
-    return index
 
 
 def ids_at(t: Tablet, snap: int | None = None) -> list[int]:

@@ -7,15 +7,14 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
 from pyspark_kudu.errors import IllegalStateError
-from pyspark_kudu.tablet import MemoryLog, OpType, Tablet, TabletOptions, encode_write_batch
+from pyspark_kudu.tablet import MemoryLog, OpType, Tablet, TabletOptions
 from pyspark_kudu.tablet import merge as merge_module
 from pyspark_kudu.tablet import tablet as tablet_module
 
-from .workload import SCHEMA
+from .workload import SCHEMA, write
 
 OPTIONS = TabletOptions(flush_threshold_bytes=0, row_group_rows=16, compaction_target_rows=25)
 
@@ -29,15 +28,6 @@ def tablet(tmp_path: Path, no_fsync: None) -> Tablet:
         t.flush()
     assert len(t.rowsets) == 3
     return t
-
-
-def write(t: Tablet, op: OpType, ids: list[int], v: int = 0) -> int:
-    index = t.applied_index + 1
-    data = encode_write_batch(SCHEMA, op, pa.table({"id": ids, "v": [v] * len(ids)}))
-    assert t.log is not None
-    t.log.append((index, data))  # type: ignore[attr-defined]
-    assert t.apply(index, data).ok
-    return index
 
 
 def rows(t: Tablet) -> dict[int, int]:

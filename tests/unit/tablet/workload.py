@@ -29,6 +29,17 @@ SCHEMA = Schema(
     ("id",),
 )
 OPTIONS = TabletOptions(flush_threshold_bytes=0, row_group_rows=8, compaction_target_rows=40)
+
+
+def write(t: Tablet, op: OpType, ids: list[int], v: int = 0) -> int:
+    """Append one batch of ``op`` on ``ids`` (column ``v`` = ``v``) to the tablet's
+    ``MemoryLog`` and apply it; returns its index."""
+    index = t.applied_index + 1
+    data = encode_write_batch(SCHEMA, op, pa.table({"id": ids, "v": [v] * len(ids)}))
+    assert t.log is not None
+    t.log.append((index, data))  # type: ignore[attr-defined]
+    assert t.apply(index, data).ok
+    return index
 TABLET_ID = "t-crash"
 
 
