@@ -62,6 +62,12 @@ or executors of two applications may touch the same replica). Open replicas are 
 across tasks of one worker process when no other process changed them in between
 (:mod:`pyspark_kudu.spark.host.replica_cache`).
 
+**Applying**: a request applies the committed entries it learns of -- all of them, unless
+this process registered a background applier (:func:`use_background_apply`: the resident
+tablet server does, :mod:`~pyspark_kudu.spark.host.background_apply`). Then it applies them
+only for a bounded time and schedules the replica with the applier, which applies the rest
+between requests; :func:`apply_backlog` is the applier's step.
+
 Thread-safety: :func:`handle_requests` is reentrant; per-replica exclusion is the lock above.
 """
 
@@ -76,6 +82,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from pyspark_kudu.consensus.messages import (
     NONE,
@@ -126,6 +133,7 @@ __all__ = [
     "PeerResponse",
     "ReplicaState",
     "RequestKind",
+    "apply_backlog",
     "catch_up",
     "handle_requests",
     "read_applied",
@@ -133,6 +141,7 @@ __all__ = [
     "replica_storage",
     "require_replica",
     "tablet_dir",
+    "use_background_apply",
 ]
 
 _TAIL_LIMIT_BYTES = 64 * 1024 * 1024
@@ -140,6 +149,31 @@ _APPLIED_FILE = "applied"
 FAILED_FILE = "failed"
 # OS errors that mean the replica's disk failed it (not e.g. a descriptor limit).
 DISK_ERRNOS = frozenset({errno.EIO, errno.ENOSPC, errno.EROFS, errno.EDQUOT})
+
+
+class BackgroundApply(Protocol):
+    """Where requests leave committed entries they did not apply
+    (:class:`~pyspark_kudu.spark.host.background_apply.BackgroundApplier`)."""
+
+    leader_inline_s: float
+    follower_inline_s: float
+
+    def schedule(self, root: str, tablet_id: str, options: WalOptions | None) -> None: ...
+
+    def take_results(self, root: str, tablet_id: str) -> list[WriteResult]: ...
+
+
+_background: BackgroundApply | None = None
+
+
+def use_background_apply(applier: BackgroundApply | None) -> BackgroundApply | None:
+    """Requests served by this process from now on apply committed entries only for a
+    bounded time and leave the rest to ``applier`` (the resident tablet server's, see
+    :mod:`~pyspark_kudu.spark.host.background_apply`); None: apply everything inline.
+    Returns the previous one."""
+    global _background
+    previous, _background = _background, applier
+    return previous
 
 
 class RequestKind(enum.Enum):
@@ -232,6 +266,13 @@ class _TabletSink:
         self._applied_before = applied_before
         self._has_tablet = tablet_dir(root, tablet_id).exists(SUPERBLOCK_FILE)
         self.results: list[WriteResult] = []
+
+    def all_results(self) -> tuple[WriteResult, ...]:
+        """Results of what this request applied, after those of entries the background
+        applier applied on this replica since the last request."""
+        bg = _background
+        earlier = bg.take_results(self._root, self._tablet_id) if bg is not None else []
+        return (*earlier, *self.results)
 
     def apply(self, entries: Sequence[Entry]) -> None:
         writes = [e for e in entries if e.type == EntryType.NORMAL and e.data]
@@ -359,7 +400,13 @@ def _handle_one(
         with open_replica(root, io, req.tablet_id, options, mutate) as handle:
             applied = read_applied(io)
             sink = _TabletSink(root, req.tablet_id, handle, applied)
-            return _dispatch(root, req, host, io, handle.storage, applied, sink)
+            resp = _dispatch(root, req, host, io, handle.storage, applied, sink)
+            bg = _background
+            if (bg is not None and resp.ok
+                    and req.kind in (RequestKind.STEP, RequestKind.PERSIST)
+                    and handle.storage.initial_state()[0].commit > read_applied(io)):
+                bg.schedule(root, req.tablet_id, options)
+            return resp
     except (CorruptionError, DiskFullError, OSError) as e:
         if isinstance(e, OSError) and e.errno not in DISK_ERRNOS:
             raise
@@ -481,9 +528,11 @@ def _persist_leader(
         commit = min(max(hs.commit, req.hard_state.commit), storage.last_index())
         storage.set_hard_state(HardState(hs.term, hs.vote, commit))
     new_hs, _ = storage.initial_state()
-    applied_now = _apply_committed(io, storage, applied, new_hs.commit, applier, host)
+    bg = _background
+    limit = None if bg is None else _ApplyLimit(deadline=time.monotonic() + bg.leader_inline_s)
+    applied_now = _apply_committed(io, storage, applied, new_hs.commit, applier, host, limit)
     return _ok(req, host, last_index=storage.last_index(), applied=applied_now,
-               results=tuple(applier.results))
+               results=applier.all_results())
 
 
 def catch_up(root: str, tablet_id: str, io: FileIO, handle: ReplicaHandle,
@@ -537,9 +586,10 @@ def _not_yet_present(storage: WalStorage, entries: Sequence[Entry]) -> list[Entr
 
 def _apply_committed(
     io: FileIO, storage: WalStorage, applied: int, commit: int, applier: _TabletSink,
-    host: str,
+    host: str, limit: _ApplyLimit | None = None,
 ) -> tuple[int, ...]:
-    """Leader replica: apply what its client declared committed (configuration included).
+    """Leader replica: apply what its client declared committed (configuration included),
+    all of it or what ``limit`` allows.
 
     A throw-away ``RaftNode`` hands out the committed entries exactly as a follower's would,
     so configuration entries are applied by the same code on every replica.
@@ -548,8 +598,43 @@ def _apply_committed(
         return ()
     node = RaftNode(Config(id="_", storage=storage, applied=applied, rng=random.Random(0)))
     span: list[int] = []
-    _drain(node, storage, io, [], span, applier, host)
+    _drain(node, storage, io, [], span, applier, host, limit)
     return (span[0], span[-1]) if span else ()
+
+
+def apply_backlog(root: str, tablet_id: str, options: WalOptions | None, budget_s: float
+                  ) -> tuple[bool, list[WriteResult], int]:
+    """(The background applier.) Apply the replica's committed, unapplied entries for about
+    ``budget_s`` (at least one entry, and a configuration entry with everything before it),
+    holding its lock meanwhile. Returns whether some remain, the per-row results, and how
+    many entries were applied. A replica that is gone, failed or being copied into is left
+    alone; one whose files turn out corrupt or whose disk fails is marked failed."""
+    io = tablet_dir(root, tablet_id)
+    if not io.exists(META_FILE) or io.exists(FAILED_FILE) or io.exists(COPYING_FILE):
+        return False, [], 0
+    try:
+        with open_replica(root, io, tablet_id, options, mutate=False,
+                          require=META_FILE) as handle:
+            if io.exists(FAILED_FILE) or io.exists(COPYING_FILE):
+                return False, [], 0
+            storage = handle.storage
+            applied = read_applied(io)
+            commit = storage.initial_state()[0].commit
+            if commit <= applied:
+                return False, [], 0
+            handle.will_mutate()
+            sink = _TabletSink(root, tablet_id, handle, applied)
+            span = _apply_committed(io, storage, applied, commit, sink, "",
+                                    _ApplyLimit(deadline=time.monotonic() + budget_s))
+            now = span[-1] if span else applied
+            return now < commit, sink.results, now - applied
+    except NotFoundError:  # deleted meanwhile
+        return False, [], 0
+    except (CorruptionError, DiskFullError, OSError) as e:
+        if isinstance(e, OSError) and e.errno not in DISK_ERRNOS:
+            raise
+        mark_failed(io, f"{type(e).__name__}: {e}")
+        return False, [], 0
 
 
 def _step_follower(
@@ -563,26 +648,46 @@ def _step_follower(
     ))
     out: list[Message] = []
     span: list[int] = []
-    held: list[Entry] | None = [] if req.defer_apply else None
-    _drain(node, storage, io, out, span, applier, host, held)  # catch up configuration first
+    bg = _background
+    limit: _ApplyLimit | None = None
+    if req.defer_apply or bg is not None:
+        limit = _ApplyLimit(defer=req.defer_apply, deadline=None if bg is None else
+                            time.monotonic() + bg.follower_inline_s)
+    _drain(node, storage, io, out, span, applier, host, limit)  # catch up configuration first
     for m in req.messages:
         node.step(m)
-        _drain(node, storage, io, out, span, applier, host, held)
+        _drain(node, storage, io, out, span, applier, host, limit)
     return _ok(req, host, messages=tuple(m for m in out if m.to != NONE),
                last_index=storage.last_index(),
-               applied=(span[0], span[-1]) if span else (), results=tuple(applier.results))
+               applied=(span[0], span[-1]) if span else (), results=applier.all_results())
+
+
+@dataclass
+class _ApplyLimit:
+    """How much of what commits a request applies itself (:func:`_drain`); the rest stays
+    unapplied (``held``) for a later request, a scan's :func:`catch_up` or the background
+    applier (the next request builds its node from the ``applied`` file and hands the held
+    entries out again).
+
+    ``defer``: nothing (a round that only collects the leader's per-row results).
+    ``deadline`` (``time.monotonic()``): entries one by one until then, at least one.
+    Either way a configuration entry that commits is applied, after everything held."""
+
+    defer: bool = False
+    deadline: float | None = None
+    stopped: bool = False
+    held: list[Entry] = field(default_factory=list)
+
+    def holding(self) -> bool:
+        return self.defer or self.stopped
 
 
 def _drain(
     node: RaftNode, storage: WalStorage, io: FileIO, out: list[Message], span: list[int],
-    applier: _TabletSink, host: str = "", held: list[Entry] | None = None,
+    applier: _TabletSink, host: str = "", limit: _ApplyLimit | None = None,
 ) -> None:
-    """Persist and hand out everything ``node`` has ready, and apply committed entries.
-
-    ``held`` (a request that defers applying): committed writes are collected there instead
-    and stay unapplied (the next request builds its node from the ``applied`` file and
-    hands them out again); when a configuration entry commits, everything held is applied
-    first, in order, then it."""
+    """Persist and hand out everything ``node`` has ready, and apply committed entries:
+    all of them, or what ``limit`` allows (see :class:`_ApplyLimit`)."""
     while node.has_ready():
         rd = node.ready()
         if rd.snapshot is not None:
@@ -599,13 +704,29 @@ def _drain(
             if node.conf_state != before:
                 storage.set_conf_state(node.conf_state)
             committed = list(rd.committed_entries)
-            if held is not None:
-                held.extend(committed)
-                if all(e.type == EntryType.NORMAL for e in held):
+            if limit is not None and limit.holding():
+                limit.held.extend(committed)
+                if all(e.type == EntryType.NORMAL for e in limit.held):
                     continue
-                committed = held[:]
-                held.clear()
-            applier.apply(committed)
+                committed = limit.held[:]
+                limit.held.clear()
+                applier.apply(committed)
+            elif limit is not None and limit.deadline is not None:
+                done = 0
+                while done < len(committed):
+                    applier.apply(committed[done:done + 1])
+                    done += 1
+                    if time.monotonic() >= limit.deadline:
+                        break
+                rest = committed[done:]
+                if any(e.type != EntryType.NORMAL for e in rest):
+                    applier.apply(rest)  # a configuration entry: everything up to it
+                elif rest:
+                    limit.stopped = True
+                    limit.held.extend(rest)
+                    committed = committed[:done]
+            else:
+                applier.apply(committed)
             last = committed[-1].index
             _write_applied(io, last)
             span.extend((committed[0].index, last))

@@ -51,6 +51,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from pyspark_kudu.errors import NotFoundError
 from pyspark_kudu.fileio import FILE_MODE, FileIO, open_private
 from pyspark_kudu.spark.host.wal_committed_log import WalCommittedLog
 from pyspark_kudu.tablet import Tablet
@@ -281,15 +282,19 @@ def _write_generation(io: FileIO) -> str:
 
 @contextlib.contextmanager
 def open_replica(root: str, tablet_dir: FileIO, tablet_id: str, options: WalOptions | None,
-                 mutate: bool) -> Iterator[ReplicaHandle]:
+                 mutate: bool, require: str | None = None) -> Iterator[ReplicaHandle]:
     """The replica under ``tablet_dir``, locked for this request; reused from the cache when
-    no other process changed it. ``mutate``: the request may change the replica."""
+    no other process changed it. ``mutate``: the request may change the replica.
+    ``require``: a file the replica must have once locked, or NotFoundError and nothing is
+    opened (it was deleted meanwhile: :func:`delete_replica` moves it away under the lock)."""
     io = tablet_dir
     io.makedirs()
     key = (root, tablet_id)
     fd = os.open(io.local_path(_LOCK_FILE), os.O_CREAT | os.O_RDWR, FILE_MODE)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+        if require is not None and not io.exists(require):
+            raise NotFoundError(f"tablet {tablet_id} has no replica under {root} any more")
         gen = _read_generation(io)
         with _cache_lock:
             handle = _cache.pop(key, None)

@@ -38,6 +38,11 @@ The daemon itself never loads gRPC: forking a process with gRPC threads is unsaf
 ``PYSPARK_KUDU_MAINTENANCE_INTERVAL_S`` seconds, 5 by default, 0 for none) over the data
 roots it has served.
 
+**Applying**: requests served here apply committed entries for a bounded time and leave
+the rest to the server's background applier
+(:mod:`~pyspark_kudu.spark.host.background_apply`), which applies them in chunks between
+requests: a round never waits minutes for a replica to apply a large write.
+
 **Which data root**: the request's explicit root (``local[*]`` virtual tablet servers), else
 this host's own (``PYSPARK_KUDU_DATA_ROOT``, else the application's ``spark.kudu.dataRoot``
 carried in the request, else the default); the root's ``instance`` file must name the
@@ -65,6 +70,7 @@ import pyarrow as pa
 
 from pyspark_kudu.errors import InvalidArgumentError, KuduError, NotFoundError
 from pyspark_kudu.rpc.tls import TlsConfig, location, server_kwargs, tls_from_env
+from pyspark_kudu.spark.host.background_apply import BackgroundApplier
 from pyspark_kudu.spark.host.identity import current_host, local_data_root, verify_instance
 from pyspark_kudu.spark.host.maintenance_manager import MaintenanceManager
 from pyspark_kudu.spark.host.replica_cache import memory_report
@@ -78,7 +84,8 @@ from pyspark_kudu.spark.host.tserver_protocol import (
     parse_ticket,
 )
 
-__all__ = ["FILE_CHUNK_BYTES", "MAINTENANCE_INTERVAL_ENV", "serve", "start_resident"]
+__all__ = ["FILE_CHUNK_BYTES", "FOLLOWER_APPLY_ENV", "LEADER_APPLY_ENV", "MAINTENANCE_INTERVAL_ENV",
+           "serve", "start_resident"]
 
 #: Bytes per batch of a file stream: large enough to amortise a batch's overhead, small
 #: enough that neither side holds much of a file at once.
@@ -122,7 +129,37 @@ def _serve(body: bytes) -> bytes:
     application's credential (every call is authenticated)."""
     from pyspark_kudu.spark.host.round_tasks import serve_encoded
 
-    return serve_encoded(body, _note_root)
+    if _applier is None:
+        return serve_encoded(body, _note_root)
+    with _applier.foreground():
+        return serve_encoded(body, _note_root)
+
+
+_applier: BackgroundApplier | None = None
+#: Seconds a request served here applies committed entries itself on the leader's replica
+#: (whose per-row results a write may wait for) and on a follower, before leaving the rest
+#: to the background applier (10 and 1 by default).
+LEADER_APPLY_ENV = "PYSPARK_KUDU_LEADER_APPLY_S"
+FOLLOWER_APPLY_ENV = "PYSPARK_KUDU_FOLLOWER_APPLY_S"
+
+
+def _seconds_env(name: str, default: float) -> float:
+    try:
+        return max(float(os.environ.get(name, "") or default), 0.0)
+    except ValueError:
+        return default
+
+
+def _start_background_apply() -> BackgroundApplier:
+    """This server's background applier (``spark/host/background_apply``), used by every
+    request it serves from now on."""
+    global _applier
+    from pyspark_kudu.spark.host.handlers import use_background_apply
+
+    _applier = BackgroundApplier(leader_inline_s=_seconds_env(LEADER_APPLY_ENV, 10.0),
+                                 follower_inline_s=_seconds_env(FOLLOWER_APPLY_ENV, 1.0))
+    use_background_apply(_applier)
+    return _applier
 
 
 #: Seconds between maintenance cycles of the resident server (0: no background maintenance).
@@ -271,6 +308,7 @@ def _make_server(host: str, secret: bytes, tls: TlsConfig | None = None) -> Any:
                     "data_root": local_data_root(), "served": self.served,
                     "rounds_served": self.rounds_served, "pid": os.getpid(), **_file_stats,
                     "memory": memory_report(),
+                    "background_apply": _applier.report() if _applier is not None else {},
                     "maintenance_ops": [
                         {"tablet_id": op.tablet_id, "kind": op.kind,
                          "rowsets": list(op.rowsets), "seconds": op.seconds}
@@ -290,6 +328,7 @@ def serve(host: str, secret: bytes, on_started: Any = None,
     or its parent goes away. ``on_started(address)`` is called once it listens. ``tls``:
     serve TLS with it (None: plain)."""
     server = _make_server(host, secret, tls)
+    applier = _start_background_apply()
     maintenance = _start_maintenance()
     address = f"{host}:{server.port}"
     # Rounds served here stage tablet copies for other hosts to fetch from this server.
@@ -306,6 +345,7 @@ def serve(host: str, secret: bytes, on_started: Any = None,
     if maintenance is not None:
         maintenance.stop()
     server.shutdown()
+    applier.stop()
 
 
 def _die_with_parent() -> None:

@@ -104,6 +104,8 @@ class RoundLeader(Protocol):
 
     def pop_results(self, indexes: Sequence[int]) -> dict[int, WriteResult] | None: ...
 
+    def results_count(self, indexes: Sequence[int]) -> int: ...
+
 
 L = TypeVar("L", bound=RoundLeader)
 
@@ -302,17 +304,30 @@ def collect_results(transport: PeerTransport, wanted: Mapping[L, Sequence[int]]
     result arrived. The leader replica applies on the first such round; followers only
     record the commit index there and apply in a later round (the service's settle round,
     or the next write's), so a write does not wait for their applies.
+
+    A resident tablet server applies for a bounded time per request and the rest in the
+    background (:mod:`~pyspark_kudu.spark.host.background_apply`), so a large write's
+    results arrive over several rounds: this goes on while they keep arriving, and gives
+    up after ``MAX_ROUNDS`` rounds in a row that brought none.
     """
     out: dict[L, dict[int, WriteResult] | KuduError] = {}
     pending = dict(wanted)
-    for _ in range(MAX_ROUNDS):
+    seen: dict[L, int] = {}
+    idle = 0
+    while idle < MAX_ROUNDS:
+        progressed = False
         for lead in list(pending):
             got = lead.pop_results(pending[lead])
             if got is not None:
                 out[lead] = got
                 del pending[lead]
+                progressed = True
+            elif (n := lead.results_count(pending[lead])) > seen.get(lead, 0):
+                seen[lead] = n
+                progressed = True
         if not pending:
             return out
+        idle = 0 if progressed else idle + 1
         for lead in pending:
             if lead.node is not None:
                 lead.node.broadcast_heartbeat()

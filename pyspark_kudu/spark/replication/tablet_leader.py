@@ -282,6 +282,10 @@ class TabletLeader(LeaderMembership):
             return None
         return {i: self._results.pop(i) for i in sorted(set(indexes))}
 
+    def results_count(self, indexes: Sequence[int]) -> int:
+        """How many of ``indexes`` have their per-row results here already."""
+        return len(set(indexes) & self._results.keys())
+
     def terms_at(self, indexes: Sequence[int]) -> dict[int, int | None]:
         """The term of L's log entry at each of ``indexes`` when L was elected (None: L's
         log did not reach the index). Entries the election's state did not carry are read
@@ -368,10 +372,15 @@ class TabletLeader(LeaderMembership):
             else:
                 lst.append(PeerRequest(RequestKind.STEP, self.tablet.tablet_id, m.to,
                                        messages=(m,), defer_apply=defer_follower_apply))
-        if rd is not None and (rd.entries or rd.hard_state is not None):
+        if (rd is not None and (rd.entries or rd.hard_state is not None)) or (
+                defer_follower_apply):
+            # A round collecting results always asks L's replica: it applies what committed
+            # (a resident server for a bounded time, see ``spark/host/background_apply``)
+            # and returns the results of what it applied since, in the background too.
             reqs.setdefault(self.leader_id, []).insert(0, PeerRequest(
                 RequestKind.PERSIST, self.tablet.tablet_id, self.leader_id, term=node.term,
-                entries=rd.entries, hard_state=rd.hard_state))
+                entries=rd.entries if rd is not None else (),
+                hard_state=rd.hard_state if rd is not None else None))
         return reqs
 
     def apply_ahead(self) -> bool:

@@ -1,0 +1,279 @@
+"""Background apply (``spark/host/background_apply``): with a resident server's applier, a
+request applies committed entries only for a bounded time and leaves the rest to the
+applier; per-row results still reach the writer exactly, configuration entries still apply
+when they commit, and every replica ends with the same rows.
+
+The applier runs without its thread here (``start=False``): the tests drive it chunk by
+chunk, so what a request applied and what the applier applied is deterministic. The budgets
+are 0 s: a request or chunk then applies exactly one entry (it always applies at least one).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from pyspark_kudu.errors import RoundFailedError
+from pyspark_kudu.spark.host import tserver_client
+from pyspark_kudu.spark.host.background_apply import BackgroundApplier
+from pyspark_kudu.spark.host.handlers import (
+    PeerRequest,
+    PeerResponse,
+    RequestKind,
+    read_applied,
+    replica_storage,
+    tablet_dir,
+    use_background_apply,
+)
+from pyspark_kudu.spark.host.identity import ensure_instance
+from pyspark_kudu.spark.host.round_tasks import HostTask, serve_task_remote
+from pyspark_kudu.spark.replication.peer_transport import MAX_ROUNDS, DirectTransport
+from pyspark_kudu.spark.replication.tablet_leader import TabletLeader, TabletReplicas
+from pyspark_kudu.tablet import OpType, encode_write_batch
+from pyspark_kudu.wal import SyncPolicy, WalOptions
+from tests.unit.replication.test_tablet_writes import SCHEMA, _rows
+from tests.waiting import wait_until
+
+REPO = Path(__file__).resolve().parents[3]
+
+OPTS = WalOptions(segment_size=1 << 20, sync_policy=SyncPolicy.NONE, preallocate=False)
+TS = ("ts-a", "ts-b", "ts-c")
+
+
+@pytest.fixture
+def applier() -> Iterator[BackgroundApplier]:
+    bg = BackgroundApplier(leader_inline_s=0.0, follower_inline_s=0.0, chunk_s=0.0,
+                           start=False)
+    previous = use_background_apply(bg)
+    try:
+        yield bg
+    finally:
+        use_background_apply(previous)
+
+
+def _group(tmp_path: Path) -> tuple[DirectTransport, TabletLeader]:
+    transport = DirectTransport({ts: str(tmp_path / ts) for ts in TS}, OPTS)
+    lead = TabletLeader(TabletReplicas("t", TS), "ts-a", transport)
+    lead.create(SCHEMA.to_json())
+    lead.elect()
+    return transport, lead
+
+
+def _applied(transport: DirectTransport, ts: str) -> int:
+    return read_applied(tablet_dir(transport.roots[ts], "t"))
+
+
+def _batches(n: int) -> list[bytes]:
+    """``n`` insert batches; batch k > 0 repeats the last id of batch k - 1 (one
+    AlreadyPresent error at its row 0)."""
+    return [encode_write_batch(SCHEMA, OpType.INSERT, pa.table(
+        {"id": [2 * k - 1, 2 * k, 2 * k + 1] if k else [0, 1],
+         "v": [f"v{k}"] * (3 if k else 2)})) for k in range(n)]
+
+
+def _drain(bg: BackgroundApplier) -> int:
+    chunks = 0
+    while bg.run_once():
+        chunks += 1
+        assert chunks < 10_000, "the applier never ran out of work"
+    return chunks
+
+
+def test_a_write_of_more_entries_than_rounds_gets_every_per_row_result(
+    tmp_path: Path, applier: BackgroundApplier,
+) -> None:
+    transport, lead = _group(tmp_path)
+    n = 3 * MAX_ROUNDS  # each round's PERSIST applies one entry on the leader's replica
+    positions = lead.propose(_batches(n))
+    results = lead.take_results([i for i, _ in positions])
+    got = [results[i] for i, _ in positions]
+    assert got[0].ok and got[0].num_rows == 2
+    for k, r in enumerate(got[1:], start=1):
+        assert r.num_rows == 3, k
+        assert [(e.row, e.status) for e in r.errors] == [(0, "AlreadyPresent")], k
+    # Followers were told the commit but applied at most one entry per request: the rest
+    # is the applier's, which brings every replica to the same rows.
+    last = positions[-1][0]
+    assert any(_applied(transport, ts) < last for ts in ("ts-b", "ts-c"))
+    assert applier.pending(), "the rest was left to the applier"
+    _drain(applier)
+    lead.heartbeat()
+    _drain(applier)
+    want = _rows(transport.roots["ts-a"])
+    assert len(want) == 2 * n
+    for ts in TS:
+        assert _applied(transport, ts) >= last, ts
+        assert _rows(transport.roots[ts]) == want, ts
+
+
+def test_the_applier_applies_one_chunk_at_a_time_and_requeues_the_rest(
+    tmp_path: Path, applier: BackgroundApplier,
+) -> None:
+    transport, lead = _group(tmp_path)
+    positions = lead.propose(_batches(5))
+    lead.heartbeat()  # tells everyone the commit: each replica applies one entry itself
+    last = positions[-1][0]
+    before = _applied(transport, "ts-b")
+    assert before < last
+    assert (transport.roots["ts-b"], "t") in applier.pending()
+    while _applied(transport, "ts-b") < last:
+        was = _applied(transport, "ts-b")
+        assert applier.run_once()
+        now = _applied(transport, "ts-b")
+        assert now - was <= 1, "a 0 s chunk applies one entry"
+        # Between chunks the replica is free: a request on it is served at once.
+        state = lead._run_one("ts-b", _read_state("ts-b")).state
+        assert state is not None and state.applied == now
+    _drain(applier)
+    assert applier.pending() == []
+    assert applier.report()["scheduled"] == 0
+    for ts in TS:
+        assert _applied(transport, ts) >= last, ts
+
+
+def _read_state(ts: str) -> PeerRequest:
+    return PeerRequest(RequestKind.READ_STATE, "t", ts)
+
+
+def test_results_of_entries_the_applier_applied_reach_the_writer(
+    tmp_path: Path, applier: BackgroundApplier,
+) -> None:
+    transport, lead = _group(tmp_path)
+    positions = lead.propose(_batches(4))
+    lead.heartbeat()  # the leader's replica applies one entry, the applier the others
+    assert _applied(transport, "ts-a") < positions[-1][0]
+    _drain(applier)
+    assert _applied(transport, "ts-a") >= positions[-1][0]
+    results = lead.take_results([i for i, _ in positions])  # the next PERSIST returns them
+    assert [len(results[i].errors) for i, _ in positions] == [0, 1, 1, 1]
+    assert applier.report()["results_dropped"] == 0
+
+
+def test_results_beyond_the_cap_are_dropped_and_the_write_says_it_has_none(
+    tmp_path: Path,
+) -> None:
+    bg = BackgroundApplier(leader_inline_s=0.0, follower_inline_s=0.0, chunk_s=60.0,
+                           max_results=2, start=False)
+    previous = use_background_apply(bg)
+    try:
+        _, lead = _group(tmp_path)
+        positions = lead.propose(_batches(5))
+        lead.heartbeat()
+        _drain(bg)
+        assert bg.report()["results_dropped"] >= 1
+        with pytest.raises(RoundFailedError, match="no replica reported applying"):
+            lead.take_results([i for i, _ in positions])
+    finally:
+        use_background_apply(previous)
+
+
+def test_a_configuration_entry_applies_in_the_request_that_commits_it(
+    tmp_path: Path, applier: BackgroundApplier,
+) -> None:
+    transport, lead = _group(tmp_path)
+    positions = lead.propose(_batches(4))
+    lead.remove_replica("ts-c")  # commits after the writes: they apply first, in order
+    lead.heartbeat()
+    with replica_storage(transport.roots["ts-b"], "t", OPTS) as st:
+        assert st.initial_state()[1].voters == frozenset({"ts-a", "ts-b"})
+        commit = st.initial_state()[0].commit
+    assert _applied(transport, "ts-b") > positions[-1][0]
+    assert _applied(transport, "ts-b") <= commit
+
+
+def test_the_applier_thread_finishes_a_backlog_while_requests_come_and_go(
+    tmp_path: Path,
+) -> None:
+    bg = BackgroundApplier(leader_inline_s=0.0, follower_inline_s=0.0, chunk_s=0.0,
+                           yield_s=0.05)
+    previous = use_background_apply(bg)
+    try:
+        transport, lead = _group(tmp_path)
+        positions = lead.propose(_batches(6))
+        with bg.foreground():  # a request in flight: the applier waits at most yield_s
+            lead.heartbeat()
+        assert bg.wait_idle(60), f"still scheduled: {bg.pending()}"
+        last = positions[-1][0]
+        wait_until(lambda: all(_applied(transport, ts) >= last for ts in TS), 30,
+                   "every replica applying the whole backlog")
+        want = _rows(transport.roots["ts-a"])
+        for ts in TS:
+            assert _rows(transport.roots[ts]) == want, ts
+    finally:
+        bg.stop()
+        use_background_apply(previous)
+
+
+# -- through a real resident server ------------------------------------------------------------
+
+_SECRET = b"b" * 32
+_DAEMON = textwrap.dedent("""
+    import sys
+    from pyspark_kudu.spark.host.tablet_server import start_resident
+    print(start_resident(), flush=True)
+    sys.stdin.read()  # like pyspark's daemon: lives until the executor closes stdin
+""")
+
+
+class _ServerTransport:
+    """Every tablet server's requests served by one resident server process (three data
+    roots on this host), as a round task on its host hands them over."""
+
+    def __init__(self, address: str, roots: dict[str, str]) -> None:
+        self.address = address
+        self.roots = roots
+        self.uuids = {ts: ensure_instance(r).uuid for ts, r in roots.items()}
+
+    def run(self, requests: Mapping[str, Sequence[PeerRequest]]
+            ) -> dict[str, list[PeerResponse] | None]:
+        out: dict[str, list[PeerResponse] | None] = {}
+        for ts, reqs in requests.items():
+            task = HostTask("127.0.0.1", ((self.uuids[ts], self.roots[ts], tuple(reqs)),), OPTS)
+            ((_, resps, why),) = serve_task_remote(self.address, _SECRET, task)
+            assert resps is not None, why
+            out[ts] = resps
+        return out
+
+    def unreachable(self) -> set[str]:
+        return set()
+
+
+def test_a_resident_server_applies_a_large_backlog_in_the_background(tmp_path: Path) -> None:
+    env = dict(os.environ, PYSPARK_KUDU_SECRET=_SECRET.decode(), SPARK_LOCAL_IP="127.0.0.1",
+               PYSPARK_KUDU_LEADER_APPLY_S="0", PYSPARK_KUDU_FOLLOWER_APPLY_S="0",
+               PYSPARK_KUDU_MAINTENANCE_INTERVAL_S="0")
+    proc = subprocess.Popen([sys.executable, "-c", _DAEMON], env=env, cwd=REPO, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        address = proc.stdout.readline().strip()
+        assert address and address != "None", "the resident server did not start"
+        transport = _ServerTransport(address, {ts: str(tmp_path / ts) for ts in TS})
+        lead = TabletLeader(TabletReplicas("t", TS), "ts-a", transport)  # type: ignore[arg-type]
+        lead.create(SCHEMA.to_json())
+        lead.elect()
+        n = 2 * MAX_ROUNDS
+        positions = lead.propose(_batches(n))
+        results = lead.take_results([i for i, _ in positions])
+        assert [len(results[i].errors) for i, _ in positions] == [0] + [1] * (n - 1)
+        lead.heartbeat()
+        report = wait_until(
+            lambda: (r := tserver_client.ping(address, _SECRET)["background_apply"])
+            and r["scheduled"] == 0 and r, 60, "the server's applier running out of work")
+        assert report["entries"] > 0 and report["failures"] == 0, report
+        last = positions[-1][0]
+        for ts in TS:
+            assert _applied(transport, ts) >= last, ts  # type: ignore[arg-type]
+            assert _rows(transport.roots[ts]) == _rows(transport.roots["ts-a"]), ts
+        assert len(_rows(transport.roots["ts-b"])) == 2 * n
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(timeout=60)
