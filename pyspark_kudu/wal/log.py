@@ -247,6 +247,15 @@ class Log:
             self._check_readable(index, index + 1)
             return self._index.term(index)
 
+    def frame_sizes(self, lo: int, hi: int) -> list[int]:
+        """Frame sizes of entries ``[lo, hi)``, from the index (nothing is read). Raises as
+        :meth:`read`."""
+        with self._lock:
+            if lo >= hi:
+                return []
+            self._check_readable(lo, hi)
+            return list(self._index.sizes(lo, hi))
+
     def read(self, lo: int, hi: int, max_size: int | None = None) -> list[Entry]:
         """Entries ``[lo, hi)``, cut to ``max_size`` bytes like ``storage.limit_size``.
 

@@ -145,6 +145,17 @@ class WalStorage:
                 return []
             return self._log.read(lo, hi, max_size)
 
+    def frame_sizes(self, lo: int, hi: int) -> list[int]:
+        """On-disk frame sizes of entries ``[lo, hi)``, without reading them (an entry's
+        frame is its payload plus a fixed header). Raises as :meth:`entries`."""
+        with self._lock:
+            self._check_open()
+            if lo <= self._meta.log_start_index:
+                raise CompactedError(
+                    f"entries from index {lo} were compacted (snapshot at "
+                    f"{self._meta.log_start_index})")
+            return self._log.frame_sizes(lo, hi)
+
     def term(self, index: int) -> int:
         with self._lock:
             self._check_open()

@@ -145,6 +145,12 @@ __all__ = [
 ]
 
 _TAIL_LIMIT_BYTES = 64 * 1024 * 1024
+#: Committed entries a request's ``RaftNode`` hands out at a time: what a request holds of
+#: a replica's backlog in memory at once.
+_READY_LIMIT_BYTES = 16 * 1024 * 1024
+#: A configuration entry (one ``ConfChange``: a type and a member) is a few hundred bytes;
+#: a log entry whose frame is at least this large is a write, known without reading it.
+_CONF_FRAME_MAX = 64 * 1024
 _APPLIED_FILE = "applied"
 FAILED_FILE = "failed"
 # OS errors that mean the replica's disk failed it (not e.g. a descriptor limit).
@@ -596,7 +602,8 @@ def _apply_committed(
     """
     if commit <= applied:
         return ()
-    node = RaftNode(Config(id="_", storage=storage, applied=applied, rng=random.Random(0)))
+    node = RaftNode(Config(id="_", storage=storage, applied=applied, rng=random.Random(0),
+                           max_committed_size_per_ready=_READY_LIMIT_BYTES))
     span: list[int] = []
     _drain(node, storage, io, [], span, applier, host, limit)
     return (span[0], span[-1]) if span else ()
@@ -645,6 +652,7 @@ def _step_follower(
     node = RaftNode(Config(
         id=req.replica_id, storage=storage, applied=min(applied, hs.commit),
         rng=random.Random(0), max_size_per_msg=None,
+        max_committed_size_per_ready=_READY_LIMIT_BYTES,
     ))
     out: list[Message] = []
     span: list[int] = []
@@ -682,6 +690,22 @@ class _ApplyLimit:
         return self.defer or self.stopped
 
 
+def _configuration_between(storage: WalStorage, lo: int, hi: int) -> bool:
+    """Whether log entries ``[lo, hi)`` hold a configuration entry. Only entries small
+    enough to be one are read (:data:`_CONF_FRAME_MAX`)."""
+    if lo >= hi:
+        return False
+    runs: list[list[int]] = []  # [first, end) of each run of small entries
+    for k, size in enumerate(storage.frame_sizes(lo, hi)):
+        if size < _CONF_FRAME_MAX:
+            if runs and runs[-1][1] == lo + k:
+                runs[-1][1] += 1
+            else:
+                runs.append([lo + k, lo + k + 1])
+    return any(e.type != EntryType.NORMAL
+               for a, b in runs for e in storage.entries(a, b))
+
+
 def _drain(
     node: RaftNode, storage: WalStorage, io: FileIO, out: list[Message], span: list[int],
     applier: _TabletSink, host: str = "", limit: _ApplyLimit | None = None,
@@ -707,6 +731,11 @@ def _drain(
             if limit is not None and limit.holding():
                 limit.held.extend(committed)
                 if all(e.type == EntryType.NORMAL for e in limit.held):
+                    if not _configuration_between(storage, committed[-1].index + 1,
+                                                  node.commit_index + 1):
+                        # Only writes are left to hand out until the node is stepped
+                        # again: leave them unread (a backlog may be gigabytes).
+                        return
                     continue
                 committed = limit.held[:]
                 limit.held.clear()
@@ -719,10 +748,10 @@ def _drain(
                     if time.monotonic() >= limit.deadline:
                         break
                 rest = committed[done:]
+                limit.stopped = time.monotonic() >= limit.deadline
                 if any(e.type != EntryType.NORMAL for e in rest):
                     applier.apply(rest)  # a configuration entry: everything up to it
                 elif rest:
-                    limit.stopped = True
                     limit.held.extend(rest)
                     committed = committed[:done]
             else:

@@ -11,6 +11,7 @@ are 0 s: a request or chunk then applies exactly one entry (it always applies at
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
 import textwrap
@@ -277,3 +278,41 @@ def test_a_resident_server_applies_a_large_backlog_in_the_background(tmp_path: P
         assert proc.stdin is not None
         proc.stdin.close()
         proc.wait(timeout=60)
+
+
+def test_a_request_that_leaves_a_backlog_unapplied_does_not_read_it(
+    tmp_path: Path, applier: BackgroundApplier, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A follower told of a large committed backlog it will not apply now reads no more of
+    it than one handout (``_READY_LIMIT_BYTES``): the writes left are known to be writes
+    from their frame sizes alone."""
+    from pyspark_kudu.spark.host import handlers
+    from pyspark_kudu.wal import WalStorage
+
+    monkeypatch.setattr(handlers, "_READY_LIMIT_BYTES", 100 * 1024)
+    transport, lead = _group(tmp_path)
+    rng = random.Random(7)  # incompressible values: every batch is well over 64 KiB
+    big = [encode_write_batch(SCHEMA, OpType.UPSERT, pa.table(
+        {"id": list(range(k * 3000, (k + 1) * 3000)),
+         "v": [rng.randbytes(24).hex() for _ in range(3000)]})) for k in range(12)]
+    assert all(len(b) > handlers._CONF_FRAME_MAX for b in big)
+    positions = lead.propose(big)
+    read: list[int] = []
+    real = WalStorage.entries
+
+    def counting(self: WalStorage, lo: int, hi: int, max_size: int | None = None) -> list:  # type: ignore[type-arg]
+        got = real(self, lo, hi, max_size)
+        read.append(sum(len(e.data) for e in got))
+        return got
+
+    monkeypatch.setattr(WalStorage, "entries", counting)
+    lead.heartbeat()  # every replica learns the commit, applies one entry, holds the rest
+    backlog = sum(len(b) for b in big)
+    assert sum(read) < backlog, (sum(read), backlog)
+    monkeypatch.setattr(WalStorage, "entries", real)
+    assert _applied(transport, "ts-b") < positions[-1][0]
+    _drain(applier)
+    want = _rows(transport.roots["ts-a"])
+    assert len(want) == 12 * 3000
+    for ts in TS:
+        assert _rows(transport.roots[ts]) == want, ts
