@@ -30,7 +30,13 @@ _EXECUTOR_PY = ("pyspark_kudu.spark.host.daemon", "pyspark.daemon", "pyspark/wor
 def server_reports(kudu: KuduContext) -> list[dict[str, int]]:
     """Every tablet server's memory report (``ping``)."""
     secret = kudu.credential.encode()
-    return [ping(a, secret)["memory"] for a in kudu.server_addresses().values()]
+    out = []
+    for a in kudu.server_addresses().values():
+        body = ping(a, secret)
+        bg = body.get("background_apply") or {}
+        out.append({**body["memory"], "background_entries": int(bg.get("entries", 0)),
+                    "background_ms": int(1000 * float(bg.get("seconds", 0.0)))})
+    return out
 
 
 class _ExecutorPythons:
@@ -187,6 +193,11 @@ class MemorySampler:
         p["servers_open_replicas_after"] = max(
             p.get("servers_open_replicas_after", 0),
             max(r["open_replicas"] for r in reports))
+        # Entries the servers' background appliers applied so far, and their seconds (all
+        # servers, since the cluster started: spark/host/background_apply).
+        p["servers_background_entries"] = sum(r.get("background_entries", 0) for r in reports)
+        p["servers_background_apply_s"] = round(
+            sum(r.get("background_ms", 0) for r in reports) / 1000, 1)
 
     def close(self) -> None:
         self._stop.set()
