@@ -383,7 +383,7 @@ def test_a_merge_that_fails_closes_the_replica_so_the_next_request_reopens_it(
     cached handle is closed, so the next request opens the replica from its files."""
     from pyspark_kudu.errors import CorruptionError
     from pyspark_kudu.spark.host.replica_cache import cached_memory
-    from pyspark_kudu.tablet import tablet as tablet_module
+    from pyspark_kudu.tablet import tablet_compaction as tablet_module
 
     root, _ = stacked
     before = _rows(root)

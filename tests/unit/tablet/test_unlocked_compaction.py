@@ -12,7 +12,7 @@ import pytest
 from pyspark_kudu.errors import IllegalStateError
 from pyspark_kudu.tablet import MemoryLog, OpType, Tablet, TabletOptions
 from pyspark_kudu.tablet import merge as merge_module
-from pyspark_kudu.tablet import tablet as tablet_module
+from pyspark_kudu.tablet import tablet_compaction as tablet_module
 
 from .workload import SCHEMA, write
 
