@@ -9,13 +9,31 @@ needing those replicas waited on their locks.
 
 In the resident server (:mod:`~pyspark_kudu.spark.host.tablet_server`) a request applies
 committed entries itself only for a bounded time (``leader_inline_s`` for the leader's
-replica, whose per-row results a write may be waiting for; ``follower_inline_s`` for a
-follower, whose apply nobody waits for), always at least one entry, and hands the rest
+replica in a round collecting per-row results, which a write waits for; otherwise, and on a
+follower, whose apply nobody waits for, ``follower_inline_s``: a settle round after a
+large upsert no longer spends 10 s applying), always at least one entry, and hands the rest
 to this applier: the request records the commit index and returns. The applier's thread
 applies each scheduled replica's backlog in chunks of about ``chunk_s``, taking the
 replica's lock for one chunk at a time, so rounds, scans and maintenance get the replica
 between chunks; it lets the server's requests run first (it waits up to ``yield_s`` for a
 moment with none in flight before each chunk).
+
+**Leaders first.** A write with insert, update or delete rows waits for its per-row
+results, i.e. for the apply on the leader's replica; nobody waits for a follower's. On the
+2-core, 6-server test cluster, background follower applies ate most of the CPU an insert's
+leaders needed: at 10M rows the round collecting the results took 10.6 s. So:
+
+- the leader's replicas go first: a replica scheduled by a PERSIST (the leader's request)
+  is applied before any scheduled by a STEP, whatever their order;
+- while a write collects results (its rounds send followers a STEP with ``defer_apply``),
+  followers hold back: such a request holds this server's follower backlogs for
+  ``follower_hold_s``, renewed by every such round, and the leaders' applies get the host.
+  The hint reaches every server holding a follower of a collecting tablet, which is what
+  matters on a shared host: a follower apply on one server competes for the cores with a
+  leader apply on another.
+
+The follower backlogs are applied once the write returned (or after the hold, if its
+rounds stop); a scan of a follower replica applies what it needs itself meanwhile.
 
 Per-row results of the entries it applies are kept (at most ``max_results`` entries' per
 replica, the oldest dropped first) until the next PERSIST or STEP to that replica returns
@@ -39,7 +57,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from pyspark_kudu.errors import KuduError
@@ -65,18 +83,24 @@ class _Stats:
 
 class BackgroundApplier:
     """The resident server's queue of replicas with committed, unapplied entries (module
-    docs). ``start=False`` runs no thread: the owner calls :meth:`run_once` (tests)."""
+    docs). ``start=False`` runs no thread: the owner calls :meth:`run_once` (tests);
+    ``clock`` times the follower hold (``time.monotonic``; a thread needs a real one)."""
 
     def __init__(self, *, leader_inline_s: float = 10.0, follower_inline_s: float = 1.0,
                  chunk_s: float = 0.5, yield_s: float = 2.0, max_results: int = 65536,
-                 start: bool = True) -> None:
+                 follower_hold_s: float = 15.0, start: bool = True,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.leader_inline_s = leader_inline_s
         self.follower_inline_s = follower_inline_s
+        self.follower_hold_s = follower_hold_s
+        self._clock = clock  # for the follower hold (tests give a manual one)
         self.chunk_s = chunk_s
         self.yield_s = yield_s
         self.max_results = max_results
         self._cv = threading.Condition()
-        self._queue: OrderedDict[_Key, WalOptions | None] = OrderedDict()
+        # scheduled replica -> (its WAL options, scheduled by the leader's request)
+        self._queue: OrderedDict[_Key, tuple[WalOptions | None, bool]] = OrderedDict()
+        self._hold_until = 0.0  # clock time: no follower chunk before it
         self._results: dict[_Key, OrderedDict[int, WriteResult]] = {}
         self._foreground = 0
         self._running: _Key | None = None
@@ -89,11 +113,19 @@ class BackgroundApplier:
             self._thread.start()
 
     # -- called by requests --------------------------------------------------------------
-    def schedule(self, root: str, tablet_id: str, options: WalOptions | None) -> None:
-        """The replica has committed entries it has not applied: apply them soon."""
+    def schedule(self, root: str, tablet_id: str, options: WalOptions | None, *,
+                 leader: bool = False) -> None:
+        """The replica has committed entries it has not applied: apply them soon.
+        ``leader``: it is the leader's replica (a PERSIST): it goes before the followers."""
         with self._cv:
-            self._queue[(root, tablet_id)] = options
+            self._queue[(root, tablet_id)] = (options, leader)
             self._cv.notify_all()
+
+    def hold_followers(self) -> None:
+        """A write is collecting per-row results: no follower chunk for the next
+        ``follower_hold_s`` (module docs)."""
+        with self._cv:
+            self._hold_until = max(self._hold_until, self._clock() + self.follower_hold_s)
 
     def take_results(self, root: str, tablet_id: str) -> list[WriteResult]:
         """Per-row results of entries this applier applied on the replica since the last
@@ -123,13 +155,24 @@ class BackgroundApplier:
                 keys.append(self._running)
             return keys
 
+    def _next(self, now: float) -> _Key | None:
+        """(Under the condition's lock.) The replica to apply next: the oldest leader's
+        replica scheduled, else the oldest follower unless followers are held."""
+        for key, (_, leader) in self._queue.items():
+            if leader:
+                return key
+        if self._queue and now >= self._hold_until:
+            return next(iter(self._queue))
+        return None
+
     def run_once(self) -> bool:
-        """Apply one chunk of the oldest scheduled replica's backlog; False if none was
-        scheduled. A replica with more to apply goes to the back of the queue."""
+        """Apply one chunk of the next scheduled replica's backlog (:meth:`_next`); False
+        if none can run now. A replica with more to apply goes to the back of the queue."""
         with self._cv:
-            if not self._queue:
+            key = self._next(self._clock())
+            if key is None:
                 return False
-            key, options = self._queue.popitem(last=False)
+            options, leader = self._queue.pop(key)
             self._running = key
         from pyspark_kudu.spark.host.handlers import apply_backlog
 
@@ -156,7 +199,7 @@ class BackgroundApplier:
                     kept.popitem(last=False)
                     self.stats.results_dropped += 1
             if more:
-                self._queue.setdefault(key, options)
+                self._queue.setdefault(key, (options, leader))
             self._cv.notify_all()
         if not more:  # a backlog done: hand its batches' pages back (as after a round)
             release_unused_memory()
@@ -180,7 +223,8 @@ class BackgroundApplier:
             return {"chunks": s.chunks, "entries": s.entries,
                     "seconds": round(s.seconds, 3), "results_dropped": s.results_dropped,
                     "failures": s.failures,
-                    "scheduled": len(self._queue) + (self._running is not None)}
+                    "scheduled": len(self._queue) + (self._running is not None),
+                    "followers_held_s": round(max(0.0, self._hold_until - self._clock()), 3)}
 
     def stop(self) -> None:
         with self._cv:
@@ -192,8 +236,9 @@ class BackgroundApplier:
     def _loop(self) -> None:
         while True:
             with self._cv:
-                while not self._queue and not self._stopped:
-                    self._cv.wait()
+                while not self._stopped and self._next(now := self._clock()) is None:
+                    # nothing runnable: nothing scheduled, or only held followers
+                    self._cv.wait(self._hold_until - now if self._queue else None)
                 if self._stopped:
                     return
                 end = time.monotonic() + self.yield_s

@@ -164,7 +164,10 @@ class BackgroundApply(Protocol):
     leader_inline_s: float
     follower_inline_s: float
 
-    def schedule(self, root: str, tablet_id: str, options: WalOptions | None) -> None: ...
+    def schedule(self, root: str, tablet_id: str, options: WalOptions | None, *,
+                 leader: bool = False) -> None: ...
+
+    def hold_followers(self) -> None: ...
 
     def take_results(self, root: str, tablet_id: str) -> list[WriteResult]: ...
 
@@ -216,6 +219,11 @@ class PeerRequest:
     #: :func:`catch_up`). A round that only collects the leader's per-row results sets it,
     #: so a write waits for the leader replica's apply, not its followers'.
     defer_apply: bool = False
+    #: PERSIST in a round collecting per-row results: a write waits for this replica's
+    #: apply, so a resident server applies for up to its leader budget before leaving the
+    #: rest to its applier; in any other round only for the short (follower) budget, so
+    #: that the round is not held up by work nobody waits for (``background_apply``).
+    collecting: bool = False
 
 
 @dataclass(frozen=True)
@@ -411,7 +419,8 @@ def _handle_one(
             if (bg is not None and resp.ok
                     and req.kind in (RequestKind.STEP, RequestKind.PERSIST)
                     and handle.storage.initial_state()[0].commit > read_applied(io)):
-                bg.schedule(root, req.tablet_id, options)
+                bg.schedule(root, req.tablet_id, options,
+                            leader=req.kind == RequestKind.PERSIST)
             return resp
     except (CorruptionError, DiskFullError, OSError) as e:
         if isinstance(e, OSError) and e.errno not in DISK_ERRNOS:
@@ -535,7 +544,8 @@ def _persist_leader(
         storage.set_hard_state(HardState(hs.term, hs.vote, commit))
     new_hs, _ = storage.initial_state()
     bg = _background
-    limit = None if bg is None else _ApplyLimit(deadline=time.monotonic() + bg.leader_inline_s)
+    limit = None if bg is None else _ApplyLimit(deadline=time.monotonic() + (
+        bg.leader_inline_s if req.collecting else bg.follower_inline_s))
     applied_now = _apply_committed(io, storage, applied, new_hs.commit, applier, host, limit)
     return _ok(req, host, last_index=storage.last_index(), applied=applied_now,
                results=applier.all_results())
@@ -658,6 +668,8 @@ def _step_follower(
     span: list[int] = []
     bg = _background
     limit: _ApplyLimit | None = None
+    if req.defer_apply and bg is not None:
+        bg.hold_followers()  # a write waits for its leaders' applies: they go first
     if req.defer_apply or bg is not None:
         limit = _ApplyLimit(defer=req.defer_apply, deadline=None if bg is None else
                             time.monotonic() + bg.follower_inline_s)

@@ -141,6 +141,9 @@ _applier: BackgroundApplier | None = None
 #: to the background applier (10 and 1 by default).
 LEADER_APPLY_ENV = "PYSPARK_KUDU_LEADER_APPLY_S"
 FOLLOWER_APPLY_ENV = "PYSPARK_KUDU_FOLLOWER_APPLY_S"
+#: Seconds the server's follower backlogs wait after a round told it a write is collecting
+#: its leaders' per-row results (15 by default; ``background_apply``: leaders first).
+FOLLOWER_HOLD_ENV = "PYSPARK_KUDU_FOLLOWER_HOLD_S"
 
 
 def _seconds_env(name: str, default: float) -> float:
@@ -157,7 +160,8 @@ def _start_background_apply() -> BackgroundApplier:
     from pyspark_kudu.spark.host.handlers import use_background_apply
 
     _applier = BackgroundApplier(leader_inline_s=_seconds_env(LEADER_APPLY_ENV, 10.0),
-                                 follower_inline_s=_seconds_env(FOLLOWER_APPLY_ENV, 1.0))
+                                 follower_inline_s=_seconds_env(FOLLOWER_APPLY_ENV, 1.0),
+                                 follower_hold_s=_seconds_env(FOLLOWER_HOLD_ENV, 15.0))
     use_background_apply(_applier)
     return _applier
 

@@ -380,7 +380,8 @@ class TabletLeader(LeaderMembership):
             reqs.setdefault(self.leader_id, []).insert(0, PeerRequest(
                 RequestKind.PERSIST, self.tablet.tablet_id, self.leader_id, term=node.term,
                 entries=rd.entries if rd is not None else (),
-                hard_state=rd.hard_state if rd is not None else None))
+                hard_state=rd.hard_state if rd is not None else None,
+                collecting=defer_follower_apply))
         return reqs
 
     def apply_ahead(self) -> bool:
