@@ -468,7 +468,10 @@ class Partitioner:
         """
         table = data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
         pidx = self.route_batch(table)
-        order = np.argsort(pidx, kind="stable")
+        # A stable sort of small integers is a radix sort in numpy: ~5x faster than on int64.
+        small = (pidx + 1).astype(np.uint8 if self.num_partitions < 255 else np.uint16) if (
+            self.num_partitions < 65535) else pidx
+        order = np.argsort(small, kind="stable")
         keys, starts = np.unique(pidx[order], return_index=True)
         taken = table.take(pa.array(order))
         bounds = [*starts.tolist(), len(order)]

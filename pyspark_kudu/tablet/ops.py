@@ -4,9 +4,15 @@ A write batch is one Arrow record batch plus an operation per row. The client en
 **once** (:func:`encode_write_batch`) and that exact byte string is the data of the Raft log
 entry every replica applies (DESIGN §3). Layout::
 
-    b"KWB1" + Arrow IPC stream (zstd-compressed buffers) of one record batch whose first
-    column is ``__kudu_op`` (int8, an :class:`OpType`) followed by the supplied table
+    b"KWB1" + Arrow IPC stream (LZ4-frame-compressed buffers) of one record batch whose
+    first column is ``__kudu_op`` (int8, an :class:`OpType`) followed by the supplied table
     columns in schema order, already cast to the schema's types.
+
+LZ4, as Kudu's WAL (``--log_compression_codec``): a batch is encoded once but decoded by
+every replica, and at 65,536 rows of the benchmarks' 5-column table LZ4 encodes in ~6 ms and
+decodes in ~3 ms where zstd took ~30-60 ms and ~12-20 ms, for 2.9x the bytes (1.1 MB instead
+of 0.38 MB; the disk and loopback move those in well under a millisecond). Entries written
+with zstd still decode: Arrow IPC names the codec in every message.
 
 Anything not starting with the magic (an empty no-op entry, a JSON configuration change) is
 not a write: :func:`decode_write_batch` returns ``None`` and replicas skip the entry.
@@ -220,7 +226,7 @@ def encode_write_batch(schema: Schema,
         fields.append(col.arrow_field())
     batch = pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
     sink = pa.BufferOutputStream()
-    options = pa.ipc.IpcWriteOptions(compression="zstd")
+    options = pa.ipc.IpcWriteOptions(compression="lz4")
     with pa.ipc.new_stream(sink, batch.schema, options=options) as writer:
         writer.write_batch(batch)
     return MAGIC + bytes(sink.getvalue().to_pybytes())
