@@ -19,21 +19,11 @@ between chunks; it lets the server's requests run first (it waits up to ``yield_
 moment with none in flight before each chunk).
 
 **Leaders first.** A write with insert, update or delete rows waits for its per-row
-results, i.e. for the apply on the leader's replica; nobody waits for a follower's. On the
-2-core, 6-server test cluster, background follower applies ate most of the CPU an insert's
-leaders needed: at 10M rows the round collecting the results took 10.6 s. So:
-
-- the leader's replicas go first: a replica scheduled by a PERSIST (the leader's request)
-  is applied before any scheduled by a STEP, whatever their order;
-- while a write collects results (its rounds send followers a STEP with ``defer_apply``),
-  followers hold back: such a request holds this server's follower backlogs for
-  ``follower_hold_s``, renewed by every such round, and the leaders' applies get the host.
-  The hint reaches every server holding a follower of a collecting tablet, which is what
-  matters on a shared host: a follower apply on one server competes for the cores with a
-  leader apply on another.
-
-The follower backlogs are applied once the write returned (or after the hold, if its
-rounds stop); a scan of a follower replica applies what it needs itself meanwhile.
+results, i.e. for the apply on the leader's replica; nobody waits for a follower's. So a
+replica scheduled by a PERSIST (the leader's request) is applied before any scheduled by a
+STEP, whatever their order. (Holding the followers back on every server while a write
+collects its results was tried too: it only moved their work into the next write, which on
+the shared 2-core test cluster then ran slower by as much as the insert gained.)
 
 Per-row results of the entries it applies are kept (at most ``max_results`` entries' per
 replica, the oldest dropped first) until the next PERSIST or STEP to that replica returns
@@ -57,7 +47,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from pyspark_kudu.errors import KuduError
@@ -83,24 +73,19 @@ class _Stats:
 
 class BackgroundApplier:
     """The resident server's queue of replicas with committed, unapplied entries (module
-    docs). ``start=False`` runs no thread: the owner calls :meth:`run_once` (tests);
-    ``clock`` times the follower hold (``time.monotonic``; a thread needs a real one)."""
+    docs). ``start=False`` runs no thread: the owner calls :meth:`run_once` (tests)."""
 
     def __init__(self, *, leader_inline_s: float = 10.0, follower_inline_s: float = 1.0,
                  chunk_s: float = 0.5, yield_s: float = 2.0, max_results: int = 65536,
-                 follower_hold_s: float = 15.0, start: bool = True,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 start: bool = True) -> None:
         self.leader_inline_s = leader_inline_s
         self.follower_inline_s = follower_inline_s
-        self.follower_hold_s = follower_hold_s
-        self._clock = clock  # for the follower hold (tests give a manual one)
         self.chunk_s = chunk_s
         self.yield_s = yield_s
         self.max_results = max_results
         self._cv = threading.Condition()
         # scheduled replica -> (its WAL options, scheduled by the leader's request)
         self._queue: OrderedDict[_Key, tuple[WalOptions | None, bool]] = OrderedDict()
-        self._hold_until = 0.0  # clock time: no follower chunk before it
         self._results: dict[_Key, OrderedDict[int, WriteResult]] = {}
         self._foreground = 0
         self._running: _Key | None = None
@@ -120,12 +105,6 @@ class BackgroundApplier:
         with self._cv:
             self._queue[(root, tablet_id)] = (options, leader)
             self._cv.notify_all()
-
-    def hold_followers(self) -> None:
-        """A write is collecting per-row results: no follower chunk for the next
-        ``follower_hold_s`` (module docs)."""
-        with self._cv:
-            self._hold_until = max(self._hold_until, self._clock() + self.follower_hold_s)
 
     def take_results(self, root: str, tablet_id: str) -> list[WriteResult]:
         """Per-row results of entries this applier applied on the replica since the last
@@ -155,21 +134,19 @@ class BackgroundApplier:
                 keys.append(self._running)
             return keys
 
-    def _next(self, now: float) -> _Key | None:
+    def _next(self) -> _Key | None:
         """(Under the condition's lock.) The replica to apply next: the oldest leader's
-        replica scheduled, else the oldest follower unless followers are held."""
+        replica scheduled, else the oldest follower."""
         for key, (_, leader) in self._queue.items():
             if leader:
                 return key
-        if self._queue and now >= self._hold_until:
-            return next(iter(self._queue))
-        return None
+        return next(iter(self._queue), None)
 
     def run_once(self) -> bool:
         """Apply one chunk of the next scheduled replica's backlog (:meth:`_next`); False
-        if none can run now. A replica with more to apply goes to the back of the queue."""
+        if none was scheduled. A replica with more to apply goes to the back of the queue."""
         with self._cv:
-            key = self._next(self._clock())
+            key = self._next()
             if key is None:
                 return False
             options, leader = self._queue.pop(key)
@@ -223,8 +200,7 @@ class BackgroundApplier:
             return {"chunks": s.chunks, "entries": s.entries,
                     "seconds": round(s.seconds, 3), "results_dropped": s.results_dropped,
                     "failures": s.failures,
-                    "scheduled": len(self._queue) + (self._running is not None),
-                    "followers_held_s": round(max(0.0, self._hold_until - self._clock()), 3)}
+                    "scheduled": len(self._queue) + (self._running is not None)}
 
     def stop(self) -> None:
         with self._cv:
@@ -236,9 +212,8 @@ class BackgroundApplier:
     def _loop(self) -> None:
         while True:
             with self._cv:
-                while not self._stopped and self._next(now := self._clock()) is None:
-                    # nothing runnable: nothing scheduled, or only held followers
-                    self._cv.wait(self._hold_until - now if self._queue else None)
+                while not self._queue and not self._stopped:
+                    self._cv.wait()
                 if self._stopped:
                     return
                 end = time.monotonic() + self.yield_s

@@ -167,8 +167,6 @@ class BackgroundApply(Protocol):
     def schedule(self, root: str, tablet_id: str, options: WalOptions | None, *,
                  leader: bool = False) -> None: ...
 
-    def hold_followers(self) -> None: ...
-
     def take_results(self, root: str, tablet_id: str) -> list[WriteResult]: ...
 
 
@@ -668,8 +666,6 @@ def _step_follower(
     span: list[int] = []
     bg = _background
     limit: _ApplyLimit | None = None
-    if req.defer_apply and bg is not None:
-        bg.hold_followers()  # a write waits for its leaders' applies: they go first
     if req.defer_apply or bg is not None:
         limit = _ApplyLimit(defer=req.defer_apply, deadline=None if bg is None else
                             time.monotonic() + bg.follower_inline_s)

@@ -84,8 +84,8 @@ from pyspark_kudu.spark.host.tserver_protocol import (
     parse_ticket,
 )
 
-__all__ = ["FILE_CHUNK_BYTES", "FOLLOWER_APPLY_ENV", "LEADER_APPLY_ENV", "MAINTENANCE_INTERVAL_ENV",
-           "serve", "start_resident"]
+__all__ = ["FILE_CHUNK_BYTES", "FOLLOWER_APPLY_ENV", "LEADER_APPLY_ENV",
+           "MAINTENANCE_INTERVAL_ENV", "serve", "start_resident"]
 
 #: Bytes per batch of a file stream: large enough to amortise a batch's overhead, small
 #: enough that neither side holds much of a file at once.
@@ -141,9 +141,6 @@ _applier: BackgroundApplier | None = None
 #: to the background applier (10 and 1 by default).
 LEADER_APPLY_ENV = "PYSPARK_KUDU_LEADER_APPLY_S"
 FOLLOWER_APPLY_ENV = "PYSPARK_KUDU_FOLLOWER_APPLY_S"
-#: Seconds the server's follower backlogs wait after a round told it a write is collecting
-#: its leaders' per-row results (15 by default; ``background_apply``: leaders first).
-FOLLOWER_HOLD_ENV = "PYSPARK_KUDU_FOLLOWER_HOLD_S"
 
 
 def _seconds_env(name: str, default: float) -> float:
@@ -160,8 +157,7 @@ def _start_background_apply() -> BackgroundApplier:
     from pyspark_kudu.spark.host.handlers import use_background_apply
 
     _applier = BackgroundApplier(leader_inline_s=_seconds_env(LEADER_APPLY_ENV, 10.0),
-                                 follower_inline_s=_seconds_env(FOLLOWER_APPLY_ENV, 1.0),
-                                 follower_hold_s=_seconds_env(FOLLOWER_HOLD_ENV, 15.0))
+                                 follower_inline_s=_seconds_env(FOLLOWER_APPLY_ENV, 1.0))
     use_background_apply(_applier)
     return _applier
 

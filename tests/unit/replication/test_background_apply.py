@@ -51,7 +51,7 @@ TS = ("ts-a", "ts-b", "ts-c")
 @pytest.fixture
 def applier() -> Iterator[BackgroundApplier]:
     bg = BackgroundApplier(leader_inline_s=0.0, follower_inline_s=0.0, chunk_s=0.0,
-                           follower_hold_s=0.0, start=False)
+                           start=False)
     previous = use_background_apply(bg)
     try:
         yield bg
@@ -189,77 +189,45 @@ def test_a_configuration_entry_applies_in_the_request_that_commits_it(
     assert _applied(transport, "ts-b") <= commit
 
 
-class _Clock:
-    """A manual clock for the follower hold."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def test_leaders_replicas_go_first_and_held_followers_wait_for_the_hold(
+def test_the_leaders_replicas_go_before_the_followers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    clock = _Clock()
-    bg = BackgroundApplier(follower_hold_s=15.0, start=False, clock=clock)
+    bg = BackgroundApplier(start=False)
     order: list[str] = []
 
     def fake_apply(root: str, tablet_id: str, options: object, budget_s: float
                    ) -> tuple[bool, list[object], int]:
         order.append(tablet_id)
-        return False, [], 1
+        return tablet_id == "l1" and order.count("l1") < 2, [], 1  # l1: two chunks
 
     monkeypatch.setattr(handlers, "apply_backlog", fake_apply)
     bg.schedule("r", "f1", None)
     bg.schedule("r", "f2", None)
     bg.schedule("r", "l1", None, leader=True)
-    _drain(bg)
-    assert order == ["l1", "f1", "f2"], "the leader's replica did not go first"
-    order.clear()
-    bg.schedule("r", "f3", None)
-    bg.hold_followers()  # a write collects its leaders' results
     bg.schedule("r", "l2", None, leader=True)
-    assert bg.report()["followers_held_s"] == 15.0
     _drain(bg)
-    assert order == ["l2"], "a held follower was applied"
-    assert bg.pending() == [("r", "f3")]
-    clock.now += 10.0
-    bg.hold_followers()  # every collecting round renews the hold
-    clock.now += 10.0
-    assert not bg.run_once(), "the renewed hold did not hold"
-    clock.now += 5.0
-    _drain(bg)
-    assert order == ["l2", "f3"] and not bg.pending()
+    assert order == ["l1", "l2", "l1", "f1", "f2"], "the leaders' replicas did not go first"
+    assert not bg.pending()
 
 
-def test_followers_hold_their_backlog_while_a_write_collects_its_results(
-    tmp_path: Path,
+def test_a_leaders_replica_is_scheduled_as_the_leaders_and_a_followers_as_a_followers(
+    tmp_path: Path, applier: BackgroundApplier, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    clock = _Clock()
-    bg = BackgroundApplier(leader_inline_s=0.0, follower_inline_s=0.0, chunk_s=0.0,
-                           follower_hold_s=15.0, start=False, clock=clock)
-    previous = use_background_apply(bg)
-    try:
-        transport, lead = _group(tmp_path)
-        positions = lead.propose(_batches(6))
-        results = lead.take_results([i for i, _ in positions])  # rounds with defer_apply
-        assert [len(results[i].errors) for i, _ in positions] == [0] + [1] * 5
-        assert bg.report()["followers_held_s"] > 0, "the collecting rounds held no one"
-        _drain(bg)  # the leader's replica may run, the followers may not
-        last = positions[-1][0]
-        assert _applied(transport, "ts-a") >= last
-        behind = [ts for ts in ("ts-b", "ts-c") if _applied(transport, ts) < last]
-        assert behind, "the followers applied everything while the write collected"
-        clock.now += 15.0
-        _drain(bg)
-        want = _rows(transport.roots["ts-a"])
-        for ts in TS:
-            assert _applied(transport, ts) >= last, ts
-            assert _rows(transport.roots[ts]) == want, ts
-    finally:
-        use_background_apply(previous)
+    scheduled: list[tuple[str, bool]] = []
+    real = applier.schedule
+
+    def spy(root: str, tablet_id: str, options: WalOptions | None, *,
+            leader: bool = False) -> None:
+        scheduled.append((Path(root).name, leader))
+        real(root, tablet_id, options, leader=leader)
+
+    monkeypatch.setattr(applier, "schedule", spy)
+    _, lead = _group(tmp_path)
+    lead.propose(_batches(4))
+    lead.heartbeat()
+    assert ("ts-a", True) in scheduled, scheduled
+    assert {ts for ts, leader in scheduled if not leader} >= {"ts-b", "ts-c"}, scheduled
+    assert all(leader == (ts == "ts-a") for ts, leader in scheduled), scheduled
 
 
 def test_the_applier_thread_finishes_a_backlog_while_requests_come_and_go(
@@ -322,7 +290,6 @@ class _ServerTransport:
 def test_a_resident_server_applies_a_large_backlog_in_the_background(tmp_path: Path) -> None:
     env = dict(os.environ, PYSPARK_KUDU_SECRET=_SECRET.decode(), SPARK_LOCAL_IP="127.0.0.1",
                PYSPARK_KUDU_LEADER_APPLY_S="0", PYSPARK_KUDU_FOLLOWER_APPLY_S="0",
-               PYSPARK_KUDU_FOLLOWER_HOLD_S="0.5",
                PYSPARK_KUDU_MAINTENANCE_INTERVAL_S="0")
     proc = subprocess.Popen([sys.executable, "-c", _DAEMON], env=env, cwd=REPO, text=True,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
