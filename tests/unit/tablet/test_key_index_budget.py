@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from pyspark_kudu.schema import ColumnSchema, Schema
+from pyspark_kudu.spark.host.replica_cache import clear_cache
 from pyspark_kudu.tablet import OpType, Tablet, TabletOptions, encode_write_batch
 from pyspark_kudu.tablet.memory import KEY_INDEXES
 
@@ -20,6 +22,11 @@ NO_FLUSH = TabletOptions(flush_threshold_bytes=0)
 
 @pytest.fixture
 def budget() -> Iterator[None]:
+    # The budget is process-wide: tablets earlier tests left open (the replica cache, or
+    # garbage not yet collected) hold registered indexes too. Close what can be closed; the
+    # tests below assert about their own tablets, whatever else is still registered.
+    clear_cache()
+    gc.collect()
     before = KEY_INDEXES.budget
     yield
     KEY_INDEXES.set_budget(before)
@@ -53,7 +60,8 @@ def test_least_recently_used_tablets_lose_their_key_index_first(
     dropped = KEY_INDEXES.dropped
     _write(b, OpType.UPSERT, [1])  # b is the most recently used: a's index goes
     assert _index_bytes(a) == 0 and _index_bytes(b) > 0
-    assert KEY_INDEXES.dropped == dropped + 1
+    # a's, and any older tablet's still registered by an earlier test of this process
+    assert KEY_INDEXES.dropped >= dropped + 1
     assert KEY_INDEXES.total_bytes() <= KEY_INDEXES.budget_bytes
     # a's next write rebuilds its index from the file and still sees every key.
     loads = a.metrics.key_index_loads
