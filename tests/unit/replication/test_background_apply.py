@@ -189,6 +189,40 @@ def test_a_configuration_entry_applies_in_the_request_that_commits_it(
     assert _applied(transport, "ts-b") <= commit
 
 
+def test_the_leaders_replica_applies_long_only_in_a_round_collecting_results(
+    tmp_path: Path,
+) -> None:
+    # Long budget for the leader's replica, none for anything else: only a round that
+    # collects per-row results may apply a whole backlog inline.
+    bg = BackgroundApplier(leader_inline_s=600.0, follower_inline_s=0.0, chunk_s=0.0,
+                           start=False)
+    previous = use_background_apply(bg)
+    try:
+        transport, lead = _group(tmp_path)
+        positions = lead.propose(_batches(6))
+        last = positions[-1][0]
+        before = _applied(transport, "ts-a")
+        lead.heartbeat()  # a settle-like round: one entry, the rest left to the applier
+        after = _applied(transport, "ts-a")
+        assert after == before + 1 < last, (before, after, last)
+        rounds: list[int] = []
+        real_run = transport.run
+
+        def counting_run(requests: Mapping[str, Sequence[PeerRequest]]
+                         ) -> dict[str, list[PeerResponse] | None]:
+            rounds.append(len(requests))
+            return real_run(requests)
+
+        transport.run = counting_run  # type: ignore[method-assign]
+        results = lead.take_results([i for i, _ in positions])  # collecting rounds
+        assert [len(results[i].errors) for i, _ in positions] == [0] + [1] * 5
+        assert _applied(transport, "ts-a") >= last
+        assert len(rounds) == 1, f"{len(rounds)} collecting rounds; one applies everything"
+        assert bg.report()["chunks"] == 0, "the applier never ran: the requests applied"
+    finally:
+        use_background_apply(previous)
+
+
 def test_the_leaders_replicas_go_before_the_followers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
