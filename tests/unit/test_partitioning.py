@@ -184,6 +184,23 @@ def test_rows_beyond_every_range_are_reported_not_dropped() -> None:
     assert len(counts) == 18 and min(counts) > 0
 
 
+
+@pytest.mark.parametrize("buckets", [6, 254, 255, 300, 70_000])
+def test_split_groups_rows_by_tablet_in_input_order_whatever_the_tablet_count(
+        buckets: int) -> None:
+    # Tablet indexes are sorted as 8-bit, 16-bit or 64-bit integers depending on the count.
+    p = Partitioner(SCHEMA, PartitionSchema((HashDimension(("host", "metric"), buckets),)))
+    n = 20_000
+    table = pa.table({"host": [f"h{i}" for i in range(n)],
+                      "metric": pa.array(np.arange(n) % 17, pa.int32()),
+                      "seq": pa.array(np.arange(n), pa.int64())})
+    routed = p.route_batch(table)
+    groups = p.split_batch(table)
+    assert sum(g.num_rows for g in groups.values()) == n
+    for k, g in groups.items():
+        want = np.flatnonzero(routed == k)
+        assert g.column("seq").to_numpy().tolist() == want.tolist(), k
+
 def test_hash_buckets_spread_keys_evenly() -> None:
     p = Partitioner(SCHEMA, PartitionSchema((HashDimension(("host", "metric"), 8),)))
     n = 40_000

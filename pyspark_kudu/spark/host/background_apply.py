@@ -34,7 +34,8 @@ they keep coming.
 Nothing about correctness changes: the applied index is still the ``applied`` file written
 under the lock, entries are applied in log order by the same code, a configuration entry is
 still applied within the request that commits it (with everything before it), and a scan
-still applies the rest itself before reading (:func:`~pyspark_kudu.spark.host.handlers.catch_up`).
+still applies the rest itself before reading
+(:func:`~pyspark_kudu.spark.host.replica_apply.catch_up`).
 A server that dies loses only this queue: the next request or scan applies from the file.
 
 Thread-safety: every method may be called from any thread.

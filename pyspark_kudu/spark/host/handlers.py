@@ -62,38 +62,31 @@ or executors of two applications may touch the same replica). Open replicas are 
 across tasks of one worker process when no other process changed them in between
 (:mod:`pyspark_kudu.spark.host.replica_cache`).
 
-**Applying**: a request applies the committed entries it learns of -- all of them, unless
-this process registered a background applier (:func:`use_background_apply`: the resident
-tablet server does, :mod:`~pyspark_kudu.spark.host.background_apply`). Then it applies them
-only for a bounded time and schedules the replica with the applier, which applies the rest
-between requests; :func:`apply_backlog` is the applier's step.
+**Applying**: a request applies the committed entries it learns of -- all of them, or, in a
+process with a background applier, for a bounded time, scheduling the replica with the
+applier for the rest (:mod:`~pyspark_kudu.spark.host.replica_apply`); :func:`apply_backlog`
+is the applier's step.
 
 Thread-safety: :func:`handle_requests` is reentrant; per-replica exclusion is the lock above.
 """
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import errno
-import json
-import random
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Protocol
 
 from pyspark_kudu.consensus.messages import (
     NONE,
     ConfState,
     Entry,
-    EntryType,
     HardState,
     Message,
     SnapshotMetadata,
 )
-from pyspark_kudu.consensus.raft import Config, RaftNode
 from pyspark_kudu.consensus.raft_storage import bootstrap
 from pyspark_kudu.errors import (
     CompactedError,
@@ -111,7 +104,17 @@ from pyspark_kudu.spark.host.dataplane import (
     resolve_refs,
     wal_ref,
 )
-from pyspark_kudu.spark.host.replica_cache import ReplicaHandle, delete_replica, open_replica
+from pyspark_kudu.spark.host.replica_apply import (
+    ApplyLimit,
+    TabletSink,
+    apply_committed,
+    background_applier,
+    drain,
+    read_applied,
+    replica_node,
+    write_applied,
+)
+from pyspark_kudu.spark.host.replica_cache import delete_replica, open_replica
 from pyspark_kudu.spark.host.tabletcopy import (
     COPYING_FILE,
     copy_out,
@@ -134,53 +137,17 @@ __all__ = [
     "ReplicaState",
     "RequestKind",
     "apply_backlog",
-    "catch_up",
     "handle_requests",
-    "read_applied",
     "read_writers",
     "replica_storage",
     "require_replica",
     "tablet_dir",
-    "use_background_apply",
 ]
 
 _TAIL_LIMIT_BYTES = 64 * 1024 * 1024
-#: Committed entries a request's ``RaftNode`` hands out at a time: what a request holds of
-#: a replica's backlog in memory at once.
-_READY_LIMIT_BYTES = 16 * 1024 * 1024
-#: A configuration entry (one ``ConfChange``: a type and a member) is a few hundred bytes;
-#: a log entry whose frame is at least this large is a write, known without reading it.
-_CONF_FRAME_MAX = 64 * 1024
-_APPLIED_FILE = "applied"
 FAILED_FILE = "failed"
 # OS errors that mean the replica's disk failed it (not e.g. a descriptor limit).
 DISK_ERRNOS = frozenset({errno.EIO, errno.ENOSPC, errno.EROFS, errno.EDQUOT})
-
-
-class BackgroundApply(Protocol):
-    """Where requests leave committed entries they did not apply
-    (:class:`~pyspark_kudu.spark.host.background_apply.BackgroundApplier`)."""
-
-    leader_inline_s: float
-    follower_inline_s: float
-
-    def schedule(self, root: str, tablet_id: str, options: WalOptions | None, *,
-                 leader: bool = False) -> None: ...
-
-    def take_results(self, root: str, tablet_id: str) -> list[WriteResult]: ...
-
-
-_background: BackgroundApply | None = None
-
-
-def use_background_apply(applier: BackgroundApply | None) -> BackgroundApply | None:
-    """Requests served by this process from now on apply committed entries only for a
-    bounded time and leave the rest to ``applier`` (the resident tablet server's, see
-    :mod:`~pyspark_kudu.spark.host.background_apply`); None: apply everything inline.
-    Returns the previous one."""
-    global _background
-    previous, _background = _background, applier
-    return previous
 
 
 class RequestKind(enum.Enum):
@@ -212,15 +179,14 @@ class PeerRequest:
     as_refs: bool = False  # READ_ENTRIES: large entries as refs to this replica's log
     copy_id: str = ""  # COPY_OUT / INSTALL_COPY
     snapshot: SnapshotMetadata | None = None  # INSTALL_COPY: the Raft position of the copy
-    #: STEP: persist what the messages carry (entries, the commit index) but leave committed
-    #: writes unapplied until a later request that does not defer (or a scan's
-    #: :func:`catch_up`). A round that only collects the leader's per-row results sets it,
-    #: so a write waits for the leader replica's apply, not its followers'.
-    defer_apply: bool = False
-    #: PERSIST in a round collecting per-row results: a write waits for this replica's
-    #: apply, so a resident server applies for up to its leader budget before leaving the
-    #: rest to its applier; in any other round only for the short (follower) budget, so
-    #: that the round is not held up by work nobody waits for (``background_apply``).
+    #: The request belongs to a round that collects per-row results, which a write waits
+    #: for: on the leader's replica (PERSIST) a resident server applies for up to its
+    #: leader budget before leaving the rest to its applier, where any other round gets
+    #: the short (follower) budget, so no round is held up by work nobody waits for; a
+    #: follower (STEP) persists what the messages carry (entries, the commit index) and
+    #: applies no committed write, leaving them to a later request, its applier or a
+    #: scan's :func:`~pyspark_kudu.spark.host.replica_apply.catch_up`
+    #: (``background_apply``).
     collecting: bool = False
 
 
@@ -258,45 +224,6 @@ class PeerResponse:
     #: task's fetch, shared by the copies it fetched together), or of the source staging its
     #: copy (``COPY_OUT``), then the seconds of that staging spent flushing the MemRowSet.
     copy_timing: tuple[float, ...] = ()
-
-
-class _TabletSink:
-    """Applies committed entries to the replica's tablet, if it has one (a superblock).
-
-    The tablet is the one a previous task of this process left open (the cache of
-    :mod:`pyspark_kudu.spark.host.replica_cache`), or is opened on first use with a log bounded by
-    what was applied *before* this task (``applied_before``), so bootstrap replays only that
-    and the new entries are applied here, yielding their per-row results. Replicas created
-    without a schema are consensus-only and skip this.
-    """
-
-    def __init__(self, root: str, tablet_id: str, handle: ReplicaHandle,
-                 applied_before: int) -> None:
-        self._root = root
-        self._tablet_id = tablet_id
-        self.handle = handle
-        self._applied_before = applied_before
-        self._has_tablet = tablet_dir(root, tablet_id).exists(SUPERBLOCK_FILE)
-        self.results: list[WriteResult] = []
-
-    def all_results(self) -> tuple[WriteResult, ...]:
-        """Results of what this request applied, after those of entries the background
-        applier applied on this replica since the last request."""
-        bg = _background
-        earlier = bg.take_results(self._root, self._tablet_id) if bg is not None else []
-        return (*earlier, *self.results)
-
-    def apply(self, entries: Sequence[Entry]) -> None:
-        writes = [e for e in entries if e.type == EntryType.NORMAL and e.data]
-        if not self._has_tablet or not entries:
-            return
-        h = self.handle
-        if h.tablet is None and not writes:
-            return
-        tablet = h.open_tablet(self._root, self._tablet_id, self._applied_before)
-        self.results.extend(tablet.apply(e.index, e.data) for e in writes)
-        assert h.tablet_log is not None
-        h.tablet_log.advance_upto(entries[-1].index)
 
 
 def tablet_dir(root: str, tablet_id: str) -> FileIO:
@@ -370,16 +297,6 @@ def require_replica(io: FileIO, tablet_id: str, create: bool = False) -> None:
                             f"created here, or deleted with its table)")
 
 
-def read_applied(io: FileIO) -> int:
-    if not io.exists(_APPLIED_FILE):
-        return 0
-    return int(json.loads(io.read_bytes(_APPLIED_FILE))["index"])
-
-
-def _write_applied(io: FileIO, index: int) -> None:
-    io.atomic_write(json.dumps({"index": index}).encode(), _APPLIED_FILE)
-
-
 def _state(storage: WalStorage, applied: int) -> ReplicaState:
     hs, cs = storage.initial_state()
     last = storage.last_index()
@@ -411,9 +328,9 @@ def _handle_one(
     try:
         with open_replica(root, io, req.tablet_id, options, mutate) as handle:
             applied = read_applied(io)
-            sink = _TabletSink(root, req.tablet_id, handle, applied)
+            sink = TabletSink(root, req.tablet_id, io, handle, applied)
             resp = _dispatch(root, req, host, io, handle.storage, applied, sink)
-            bg = _background
+            bg = background_applier()
             if (bg is not None and resp.ok
                     and req.kind in (RequestKind.STEP, RequestKind.PERSIST)
                     and handle.storage.initial_state()[0].commit > read_applied(io)):
@@ -458,7 +375,7 @@ def _failed_response(req: PeerRequest, host: str, io: FileIO, why: str | None = 
 
 def _dispatch(
     root: str, req: PeerRequest, host: str, io: FileIO, storage: WalStorage, applied: int,
-    applier: _TabletSink,
+    applier: TabletSink,
 ) -> PeerResponse:
     match req.kind:
         case RequestKind.CREATE:
@@ -503,7 +420,7 @@ def _dispatch(
             done = install_copy(root, req.tablet_id, applier.handle, req.copy_id, req.entries,
                                 req.lo, req.hi, req.snapshot)
             if done:
-                _write_applied(io, req.snapshot.index)
+                write_applied(io, req.snapshot.index)
             return _ok(req, host, installed=done, last_index=storage.last_index())
         case RequestKind.DROP_COPY:
             drop_copy(root, io, req.copy_id)
@@ -524,7 +441,7 @@ def _ok(req: PeerRequest, host: str, **kw: object) -> PeerResponse:
 
 def _persist_leader(
     req: PeerRequest, host: str, io: FileIO, storage: WalStorage, applied: int,
-    applier: _TabletSink,
+    applier: TabletSink,
 ) -> PeerResponse:
     hs, _ = storage.initial_state()
     if hs.term != req.term or hs.vote != req.replica_id:
@@ -541,51 +458,12 @@ def _persist_leader(
         commit = min(max(hs.commit, req.hard_state.commit), storage.last_index())
         storage.set_hard_state(HardState(hs.term, hs.vote, commit))
     new_hs, _ = storage.initial_state()
-    bg = _background
-    limit = None if bg is None else _ApplyLimit(deadline=time.monotonic() + (
+    bg = background_applier()
+    limit = None if bg is None else ApplyLimit(deadline=time.monotonic() + (
         bg.leader_inline_s if req.collecting else bg.follower_inline_s))
-    applied_now = _apply_committed(io, storage, applied, new_hs.commit, applier, host, limit)
+    applied_now = apply_committed(io, storage, applied, new_hs.commit, applier, host, limit)
     return _ok(req, host, last_index=storage.last_index(), applied=applied_now,
                results=applier.all_results())
-
-
-def catch_up(root: str, tablet_id: str, io: FileIO, handle: ReplicaHandle,
-             known_commit: int | None = None, *, trusted: bool = False,
-             commit_term: int | None = None, host: str = "") -> int:
-    """(Replica lock held.) Bring the replica's tablet up to everything it may know committed,
-    as a settle round would, and return its applied index. A scan calls this instead of
-    rebuilding a tablet from the WAL.
-
-    ``known_commit`` is a commit index the reader learned from the tablet's leader. The
-    replica takes it as its own commit index (up to its last entry) when ``trusted`` (it is
-    the leader's replica: the leader's log holds every committed entry, and never loses
-    one), or when its log holds entry ``known_commit`` at ``commit_term`` (Log Matching: its
-    log then equals the leader's up to there, all of it committed). The handle is marked
-    changed (:meth:`ReplicaHandle.will_mutate`) before anything is written.
-    """
-    storage = handle.storage
-    hs, _ = storage.initial_state()
-    commit = hs.commit
-    last = storage.last_index()
-    if known_commit is not None and known_commit > commit:
-        take = commit
-        if trusted:
-            take = min(known_commit, last)
-        elif commit_term is not None and known_commit <= last:
-            with contextlib.suppress(CompactedError):
-                if storage.term(known_commit) == commit_term:
-                    take = known_commit
-        if take > commit:
-            handle.will_mutate()
-            storage.set_hard_state(HardState(hs.term, hs.vote, take))
-            commit = take
-    applied = read_applied(io)
-    if commit <= applied:
-        return applied
-    handle.will_mutate()
-    sink = _TabletSink(root, tablet_id, handle, applied)
-    span = _apply_committed(io, storage, applied, commit, sink, host)
-    return span[-1] if span else applied
 
 
 def _not_yet_present(storage: WalStorage, entries: Sequence[Entry]) -> list[Entry]:
@@ -596,25 +474,6 @@ def _not_yet_present(storage: WalStorage, entries: Sequence[Entry]) -> list[Entr
         if e.index > last or e.index < first or storage.term(e.index) != e.term:
             return list(entries[k:])
     return []
-
-
-def _apply_committed(
-    io: FileIO, storage: WalStorage, applied: int, commit: int, applier: _TabletSink,
-    host: str, limit: _ApplyLimit | None = None,
-) -> tuple[int, ...]:
-    """Leader replica: apply what its client declared committed (configuration included),
-    all of it or what ``limit`` allows.
-
-    A throw-away ``RaftNode`` hands out the committed entries exactly as a follower's would,
-    so configuration entries are applied by the same code on every replica.
-    """
-    if commit <= applied:
-        return ()
-    node = RaftNode(Config(id="_", storage=storage, applied=applied, rng=random.Random(0),
-                           max_committed_size_per_ready=_READY_LIMIT_BYTES))
-    span: list[int] = []
-    _drain(node, storage, io, [], span, applier, host, limit)
-    return (span[0], span[-1]) if span else ()
 
 
 def apply_backlog(root: str, tablet_id: str, options: WalOptions | None, budget_s: float
@@ -638,9 +497,9 @@ def apply_backlog(root: str, tablet_id: str, options: WalOptions | None, budget_
             if commit <= applied:
                 return False, [], 0
             handle.will_mutate()
-            sink = _TabletSink(root, tablet_id, handle, applied)
-            span = _apply_committed(io, storage, applied, commit, sink, "",
-                                    _ApplyLimit(deadline=time.monotonic() + budget_s))
+            sink = TabletSink(root, tablet_id, io, handle, applied)
+            span = apply_committed(io, storage, applied, commit, sink, "",
+                                    ApplyLimit(deadline=time.monotonic() + budget_s))
             now = span[-1] if span else applied
             return now < commit, sink.results, now - applied
     except NotFoundError:  # deleted meanwhile
@@ -654,116 +513,23 @@ def apply_backlog(root: str, tablet_id: str, options: WalOptions | None, budget_
 
 def _step_follower(
     req: PeerRequest, host: str, io: FileIO, storage: WalStorage, applied: int,
-    applier: _TabletSink,
+    applier: TabletSink,
 ) -> PeerResponse:
     hs, _ = storage.initial_state()
-    node = RaftNode(Config(
-        id=req.replica_id, storage=storage, applied=min(applied, hs.commit),
-        rng=random.Random(0), max_size_per_msg=None,
-        max_committed_size_per_ready=_READY_LIMIT_BYTES,
-    ))
+    node = replica_node(storage, min(applied, hs.commit), req.replica_id)
     out: list[Message] = []
     span: list[int] = []
-    bg = _background
-    limit: _ApplyLimit | None = None
-    if req.defer_apply or bg is not None:
-        limit = _ApplyLimit(defer=req.defer_apply, deadline=None if bg is None else
+    bg = background_applier()
+    limit: ApplyLimit | None = None
+    if req.collecting or bg is not None:
+        limit = ApplyLimit(defer=req.collecting, deadline=None if bg is None else
                             time.monotonic() + bg.follower_inline_s)
-    _drain(node, storage, io, out, span, applier, host, limit)  # catch up configuration first
+    drain(node, storage, io, out, span, applier, host, limit)  # catch up configuration first
     for m in req.messages:
         node.step(m)
-        _drain(node, storage, io, out, span, applier, host, limit)
+        drain(node, storage, io, out, span, applier, host, limit)
     return _ok(req, host, messages=tuple(m for m in out if m.to != NONE),
                last_index=storage.last_index(),
                applied=(span[0], span[-1]) if span else (), results=applier.all_results())
 
 
-@dataclass
-class _ApplyLimit:
-    """How much of what commits a request applies itself (:func:`_drain`); the rest stays
-    unapplied (``held``) for a later request, a scan's :func:`catch_up` or the background
-    applier (the next request builds its node from the ``applied`` file and hands the held
-    entries out again).
-
-    ``defer``: nothing (a round that only collects the leader's per-row results).
-    ``deadline`` (``time.monotonic()``): entries one by one until then, at least one.
-    Either way a configuration entry that commits is applied, after everything held."""
-
-    defer: bool = False
-    deadline: float | None = None
-    stopped: bool = False
-    held: list[Entry] = field(default_factory=list)
-
-    def holding(self) -> bool:
-        return self.defer or self.stopped
-
-
-def _configuration_between(storage: WalStorage, lo: int, hi: int) -> bool:
-    """Whether log entries ``[lo, hi)`` hold a configuration entry. Only entries small
-    enough to be one are read (:data:`_CONF_FRAME_MAX`)."""
-    if lo >= hi:
-        return False
-    runs: list[list[int]] = []  # [first, end) of each run of small entries
-    for k, size in enumerate(storage.frame_sizes(lo, hi)):
-        if size < _CONF_FRAME_MAX:
-            if runs and runs[-1][1] == lo + k:
-                runs[-1][1] += 1
-            else:
-                runs.append([lo + k, lo + k + 1])
-    return any(e.type != EntryType.NORMAL
-               for a, b in runs for e in storage.entries(a, b))
-
-
-def _drain(
-    node: RaftNode, storage: WalStorage, io: FileIO, out: list[Message], span: list[int],
-    applier: _TabletSink, host: str = "", limit: _ApplyLimit | None = None,
-) -> None:
-    """Persist and hand out everything ``node`` has ready, and apply committed entries:
-    all of them, or what ``limit`` allows (see :class:`_ApplyLimit`)."""
-    while node.has_ready():
-        rd = node.ready()
-        if rd.snapshot is not None:
-            storage.apply_snapshot(rd.snapshot)
-        if rd.entries:
-            storage.append(rd.entries)
-            record_writer(io, host, rd.entries)
-        if rd.hard_state is not None:
-            storage.set_hard_state(rd.hard_state)
-        out.extend(rd.messages)
-        before = node.conf_state
-        node.advance(rd)
-        if rd.committed_entries:
-            if node.conf_state != before:
-                storage.set_conf_state(node.conf_state)
-            committed = list(rd.committed_entries)
-            if limit is not None and limit.holding():
-                limit.held.extend(committed)
-                if all(e.type == EntryType.NORMAL for e in limit.held):
-                    if not _configuration_between(storage, committed[-1].index + 1,
-                                                  node.commit_index + 1):
-                        # Only writes are left to hand out until the node is stepped
-                        # again: leave them unread (a backlog may be gigabytes).
-                        return
-                    continue
-                committed = limit.held[:]
-                limit.held.clear()
-                applier.apply(committed)
-            elif limit is not None and limit.deadline is not None:
-                done = 0
-                while done < len(committed):
-                    applier.apply(committed[done:done + 1])
-                    done += 1
-                    if time.monotonic() >= limit.deadline:
-                        break
-                rest = committed[done:]
-                limit.stopped = time.monotonic() >= limit.deadline
-                if any(e.type != EntryType.NORMAL for e in rest):
-                    applier.apply(rest)  # a configuration entry: everything up to it
-                elif rest:
-                    limit.held.extend(rest)
-                    committed = committed[:done]
-            else:
-                applier.apply(committed)
-            last = committed[-1].index
-            _write_applied(io, last)
-            span.extend((committed[0].index, last))

@@ -44,7 +44,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyspark_kudu.errors import KuduError
-from pyspark_kudu.spark.host.handlers import failed_reason, read_applied, tablet_dir
+from pyspark_kudu.spark.host.handlers import failed_reason, tablet_dir
+from pyspark_kudu.spark.host.replica_apply import read_applied
 from pyspark_kudu.spark.host.replica_cache import (
     cache_budget_bytes,
     cached_memory,

@@ -20,13 +20,13 @@ from pyspark_kudu.fileio import FileIO
 from pyspark_kudu.schema import Predicate
 from pyspark_kudu.spark.host.handlers import (
     DISK_ERRNOS,
-    catch_up,
     failed_reason,
     mark_failed,
     require_replica,
     tablet_dir,
 )
 from pyspark_kudu.spark.host.identity import current_host
+from pyspark_kudu.spark.host.replica_apply import catch_up
 from pyspark_kudu.spark.host.replica_cache import open_replica
 from pyspark_kudu.spark.host.tabletcopy import COPYING_FILE
 from pyspark_kudu.tablet import TabletScanner
@@ -45,7 +45,7 @@ def scan_replica(
     """Scan one replica at ``snapshot`` (default: everything it knows committed).
 
     The scan is planned now, under the replica's lock: the replica first applies every
-    entry it knows committed (:func:`~pyspark_kudu.spark.host.handlers.catch_up`: its
+    entry it knows committed (:func:`~pyspark_kudu.spark.host.replica_apply.catch_up`: its
     own commit index, or ``known_commit`` from the reader when ``trusted`` -- it is the
     leader's replica -- or when its log holds that entry at ``commit_term``), then the
     rowsets the scan reads are pinned and opened and the lock is released. The returned

@@ -154,7 +154,7 @@ def _start_background_apply() -> BackgroundApplier:
     """This server's background applier (``spark/host/background_apply``), used by every
     request it serves from now on."""
     global _applier
-    from pyspark_kudu.spark.host.handlers import use_background_apply
+    from pyspark_kudu.spark.host.replica_apply import use_background_apply
 
     _applier = BackgroundApplier(leader_inline_s=_seconds_env(LEADER_APPLY_ENV, 10.0),
                                  follower_inline_s=_seconds_env(FOLLOWER_APPLY_ENV, 1.0))

@@ -111,7 +111,7 @@ class ScanRequest:
     point (``snapshot``, or everything committed up to ``known_commit``; ``require_index``:
     the replica's log must reach it, a linearizable read). ``known_commit`` binds the
     replica when ``trusted`` (it is the leader's) or when its log holds that entry at
-    ``commit_term`` (see :func:`~pyspark_kudu.spark.host.handlers.catch_up`)."""
+    ``commit_term`` (see :func:`~pyspark_kudu.spark.host.replica_apply.catch_up`)."""
 
     ts_uuid: str
     tablet_id: str

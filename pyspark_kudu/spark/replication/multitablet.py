@@ -93,7 +93,7 @@ class RoundLeader(Protocol):
 
     def won(self) -> int: ...
 
-    def start_round(self, defer_follower_apply: bool = False) -> _RoundRequests | None: ...
+    def start_round(self, collecting: bool = False) -> _RoundRequests | None: ...
 
     def finish_round(self, rnd: Any,
                      out: Mapping[str, Sequence[PeerResponse] | None]) -> None: ...
@@ -213,15 +213,15 @@ def elect_all(transport: PeerTransport, leaders: Sequence[L]
 
 
 def run_round(transport: PeerTransport, leaders: Sequence[L], *,
-              defer_follower_apply: bool = False) -> dict[L, KuduError]:
+              collecting: bool = False) -> dict[L, KuduError]:
     """One round for many tablets: ONE stage carries every tablet's requests.
 
-    ``defer_follower_apply``: followers persist what they are sent but apply committed
-    writes in a later round (see ``PeerRequest.defer_apply``).
+    ``collecting``: the round collects per-row results (see ``PeerRequest.collecting``):
+    followers persist what they are sent but apply committed writes later.
     Returns the leaders whose round failed, with the error (the others advanced).
     """
     rounds = {lead: r for lead in leaders
-              if (r := lead.start_round(defer_follower_apply)) is not None}
+              if (r := lead.start_round(collecting)) is not None}
     merged: dict[str, list[PeerRequest]] = {}
     owners: dict[str, list[L]] = {}
     for lead, rnd in rounds.items():
@@ -331,8 +331,7 @@ def collect_results(transport: PeerTransport, wanted: Mapping[L, Sequence[int]]
         for lead in pending:
             if lead.node is not None:
                 lead.node.broadcast_heartbeat()
-        for lead, err in run_round(transport, list(pending),
-                                   defer_follower_apply=True).items():
+        for lead, err in run_round(transport, list(pending), collecting=True).items():
             out[lead] = err
             del pending[lead]
     for lead, idx in pending.items():

@@ -323,11 +323,12 @@ class TabletLeader(LeaderMembership):
     def committed(self, index: int) -> bool:
         return self.node is not None and self.node.commit_index >= index
 
-    def start_round(self, defer_follower_apply: bool = False) -> _Round | None:
+    def start_round(self, collecting: bool = False) -> _Round | None:
         """Take the ``RaftNode``'s Ready and turn it into requests per tablet server, plus
         any attached or deferred requests (a round of those alone when nothing is ready).
-        ``defer_follower_apply``: followers persist what they are sent but apply committed
-        writes later (``PeerRequest.defer_apply``)."""
+        ``collecting``: the round collects per-row results: L's replica is always asked,
+        and followers persist what they are sent but apply committed writes later
+        (``PeerRequest.collecting``)."""
         node = self._leader()
         extra = bool(self._attached or self._deferred or self._carried)
         rd, self._taken = self._taken, None
@@ -335,12 +336,12 @@ class TabletLeader(LeaderMembership):
             rd = node.ready()
         if rd is None and not extra:
             return None
-        reqs = self._ready_requests(rd, defer_follower_apply)
+        reqs = self._ready_requests(rd, collecting)
         carried, self._carried = self._carried, {}
         for ts, first in carried.items():
             lst = reqs.setdefault(ts, [])
             if (lst and first and lst[0].kind == first[-1].kind == RequestKind.STEP
-                    and lst[0].defer_apply == first[-1].defer_apply):
+                    and lst[0].collecting == first[-1].collecting):
                 # One follower task steps both, older messages first.
                 lst[0] = replace(lst[0], messages=(*first[-1].messages, *lst[0].messages))
                 first = first[:-1]
@@ -357,7 +358,7 @@ class TabletLeader(LeaderMembership):
         snaps = [m.to for m in rd.messages if m.type == MessageType.SNAP] if rd else []
         return _Round(rd, reqs, snaps, attached)
 
-    def _ready_requests(self, rd: Ready | None, defer_follower_apply: bool = False
+    def _ready_requests(self, rd: Ready | None, collecting: bool = False
                         ) -> dict[str, list[PeerRequest]]:
         """A Ready's requests per tablet server: L's PERSIST first, then AppendEntries etc.
         (SNAP messages are not sent: the driver catches such a follower up itself)."""
@@ -371,9 +372,8 @@ class TabletLeader(LeaderMembership):
                 lst[-1] = replace(lst[-1], messages=(*lst[-1].messages, m))
             else:
                 lst.append(PeerRequest(RequestKind.STEP, self.tablet.tablet_id, m.to,
-                                       messages=(m,), defer_apply=defer_follower_apply))
-        if (rd is not None and (rd.entries or rd.hard_state is not None)) or (
-                defer_follower_apply):
+                                       messages=(m,), collecting=collecting))
+        if (rd is not None and (rd.entries or rd.hard_state is not None)) or collecting:
             # A round collecting results always asks L's replica: it applies what committed
             # (a resident server for a bounded time, see ``spark/host/background_apply``)
             # and returns the results of what it applied since, in the background too.
@@ -381,7 +381,7 @@ class TabletLeader(LeaderMembership):
                 RequestKind.PERSIST, self.tablet.tablet_id, self.leader_id, term=node.term,
                 entries=rd.entries if rd is not None else (),
                 hard_state=rd.hard_state if rd is not None else None,
-                collecting=defer_follower_apply))
+                collecting=collecting))
         return reqs
 
     def apply_ahead(self) -> bool:

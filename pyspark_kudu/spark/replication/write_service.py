@@ -54,7 +54,7 @@ DEFAULT_SETTLE_DELAY_S = 2.0
 """Idle time before a commit-only round tells replicas the commit index. A write that
 arrives while that round runs waits for it, so it is not short: with 0.5 s, writes one
 second apart each waited for one (``benchmarks/replication.py``). Scans do not need it
-(they apply what they know is committed, ``handlers.catch_up``)."""
+(they apply what they know is committed, ``replica_apply.catch_up``)."""
 
 
 @dataclass(frozen=True)

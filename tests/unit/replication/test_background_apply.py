@@ -22,18 +22,17 @@ import pyarrow as pa
 import pytest
 
 from pyspark_kudu.errors import RoundFailedError
-from pyspark_kudu.spark.host import handlers, tserver_client
+from pyspark_kudu.spark.host import handlers, replica_apply, tserver_client
 from pyspark_kudu.spark.host.background_apply import BackgroundApplier
 from pyspark_kudu.spark.host.handlers import (
     PeerRequest,
     PeerResponse,
     RequestKind,
-    read_applied,
     replica_storage,
     tablet_dir,
-    use_background_apply,
 )
 from pyspark_kudu.spark.host.identity import ensure_instance
+from pyspark_kudu.spark.host.replica_apply import CONF_FRAME_MAX, read_applied, use_background_apply
 from pyspark_kudu.spark.host.round_tasks import HostTask, serve_task_remote
 from pyspark_kudu.spark.replication.peer_transport import MAX_ROUNDS, DirectTransport
 from pyspark_kudu.spark.replication.tablet_leader import TabletLeader, TabletReplicas
@@ -359,18 +358,17 @@ def test_a_request_that_leaves_a_backlog_unapplied_does_not_read_it(
     tmp_path: Path, applier: BackgroundApplier, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A follower told of a large committed backlog it will not apply now reads no more of
-    it than one handout (``_READY_LIMIT_BYTES``): the writes left are known to be writes
+    it than one handout (``READY_LIMIT_BYTES``): the writes left are known to be writes
     from their frame sizes alone."""
-    from pyspark_kudu.spark.host import handlers
     from pyspark_kudu.wal import WalStorage
 
-    monkeypatch.setattr(handlers, "_READY_LIMIT_BYTES", 100 * 1024)
+    monkeypatch.setattr(replica_apply, "READY_LIMIT_BYTES", 100 * 1024)
     transport, lead = _group(tmp_path)
     rng = random.Random(7)  # incompressible values: every batch is well over 64 KiB
     big = [encode_write_batch(SCHEMA, OpType.UPSERT, pa.table(
         {"id": list(range(k * 3000, (k + 1) * 3000)),
          "v": [rng.randbytes(24).hex() for _ in range(3000)]})) for k in range(12)]
-    assert all(len(b) > handlers._CONF_FRAME_MAX for b in big)
+    assert all(len(b) > CONF_FRAME_MAX for b in big)
     positions = lead.propose(big)
     read: list[int] = []
     real = WalStorage.entries

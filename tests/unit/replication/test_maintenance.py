@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 
 from pyspark_kudu.errors import InvalidArgumentError
 from pyspark_kudu.schema import ColumnSchema, Schema
-from pyspark_kudu.spark.host.handlers import catch_up, tablet_dir
+from pyspark_kudu.spark.host.handlers import tablet_dir
 from pyspark_kudu.spark.host.maintenance_manager import MaintenanceManager, maintain_replica
+from pyspark_kudu.spark.host.replica_apply import catch_up
 from pyspark_kudu.spark.host.replica_cache import clear_cache, open_replica
 from pyspark_kudu.spark.host.replica_scan import scan_replica
 from pyspark_kudu.spark.replication.peer_transport import DirectTransport

@@ -21,8 +21,9 @@ import pytest
 from pyspark_kudu.errors import ServiceUnavailableError
 from pyspark_kudu.schema import ColumnSchema, Schema
 from pyspark_kudu.spark.host import tserver_client
-from pyspark_kudu.spark.host.handlers import catch_up, read_applied, tablet_dir
+from pyspark_kudu.spark.host.handlers import tablet_dir
 from pyspark_kudu.spark.host.identity import ensure_instance
+from pyspark_kudu.spark.host.replica_apply import catch_up, read_applied
 from pyspark_kudu.spark.host.replica_cache import clear_cache, open_replica
 from pyspark_kudu.spark.host.replica_scan import scan_replica
 from pyspark_kudu.spark.host.tablet_server import _make_server
@@ -135,7 +136,8 @@ def test_a_compaction_by_another_process_does_not_change_what_a_running_scan_ret
     lead.propose([_batch(0, 1_000, tag="new")])
     lead.heartbeat()
     script = textwrap.dedent(f"""
-        from pyspark_kudu.spark.host.handlers import catch_up, tablet_dir
+        from pyspark_kudu.spark.host.handlers import tablet_dir
+        from pyspark_kudu.spark.host.replica_apply import catch_up
         from pyspark_kudu.spark.host.replica_cache import open_replica
         from pyspark_kudu.spark.host.wal_committed_log import WalCommittedLog
         from pyspark_kudu.tablet import Tablet

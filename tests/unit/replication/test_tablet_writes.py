@@ -74,7 +74,8 @@ def test_a_point_lookup_on_a_follower_sees_the_committed_update(tmp_path: Path) 
 def test_per_row_results_wait_for_the_leaders_apply_only_and_followers_apply_later(
     tmp_path: Path,
 ) -> None:
-    from pyspark_kudu.spark.host.handlers import read_applied, tablet_dir
+    from pyspark_kudu.spark.host.handlers import tablet_dir
+    from pyspark_kudu.spark.host.replica_apply import read_applied
 
     transport = DirectTransport({ts: str(tmp_path / ts) for ts in TS}, OPTS)
     lead = TabletLeader(TabletReplicas("t", TS), "ts-a", transport)

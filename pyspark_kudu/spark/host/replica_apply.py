@@ -1,0 +1,302 @@
+"""Applying committed entries on a replica's host: how much a request applies itself, and
+what it leaves to the resident tablet server's background applier.
+
+DESIGN §3.6. A request (:mod:`~pyspark_kudu.spark.host.handlers`) persists what its round
+carries, then applies the committed entries it learns of through a throw-away
+``RaftNode`` (:func:`drain`), so configuration entries are applied by the same code on every
+replica and writes reach the tablet through a :class:`TabletSink`, which keeps their per-row
+results for the response. Without a background applier (executor tasks without a resident
+server, ``local[*]`` virtual servers, unit tests) a request applies everything it learns of.
+Once a process registered one (:func:`use_background_apply`: the resident tablet server
+does, :mod:`~pyspark_kudu.spark.host.background_apply`), a request applies only within an
+:class:`ApplyLimit` and the applier applies the rest between requests
+(:func:`~pyspark_kudu.spark.host.handlers.apply_backlog` is its step). A scan that finds
+committed entries unapplied applies them first (:func:`catch_up`), instead of rebuilding
+the tablet from the WAL.
+
+The index up to which a replica applied is kept in ``<tablet>/applied`` (atomic replace,
+:func:`read_applied`), written after the entries up to it were applied.
+
+Thread-safety: every function here runs with the replica's lock held (the caller's); the
+registered applier is process-wide state, set once by the resident server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from pyspark_kudu.consensus.messages import Entry, EntryType, HardState, Message
+from pyspark_kudu.consensus.raft import Config, RaftNode
+from pyspark_kudu.errors import CompactedError
+from pyspark_kudu.fileio import FileIO
+from pyspark_kudu.spark.host.replica_cache import ReplicaHandle
+from pyspark_kudu.spark.host.writers_record import record_writer
+from pyspark_kudu.tablet import WriteResult
+from pyspark_kudu.tablet.superblock import SUPERBLOCK_FILE
+from pyspark_kudu.wal import WalOptions, WalStorage
+
+__all__ = [
+    "CONF_FRAME_MAX",
+    "READY_LIMIT_BYTES",
+    "ApplyLimit",
+    "BackgroundApply",
+    "TabletSink",
+    "apply_committed",
+    "background_applier",
+    "catch_up",
+    "drain",
+    "read_applied",
+    "replica_node",
+    "use_background_apply",
+    "write_applied",
+]
+
+#: Committed entries a request's ``RaftNode`` hands out at a time: what a request holds of
+#: a replica's backlog in memory at once.
+READY_LIMIT_BYTES = 16 * 1024 * 1024
+#: A configuration entry (one ``ConfChange``: a type and a member) is a few hundred bytes;
+#: a log entry whose frame is at least this large is a write, known without reading it.
+CONF_FRAME_MAX = 64 * 1024
+_APPLIED_FILE = "applied"
+
+
+class BackgroundApply(Protocol):
+    """Where requests leave committed entries they did not apply
+    (:class:`~pyspark_kudu.spark.host.background_apply.BackgroundApplier`)."""
+
+    leader_inline_s: float
+    follower_inline_s: float
+
+    def schedule(self, root: str, tablet_id: str, options: WalOptions | None, *,
+                 leader: bool = False) -> None: ...
+
+    def take_results(self, root: str, tablet_id: str) -> list[WriteResult]: ...
+
+
+_background: BackgroundApply | None = None
+
+
+def use_background_apply(applier: BackgroundApply | None) -> BackgroundApply | None:
+    """Requests served by this process from now on apply committed entries only for a
+    bounded time and leave the rest to ``applier`` (the resident tablet server's, see
+    :mod:`~pyspark_kudu.spark.host.background_apply`); None: apply everything inline.
+    Returns the previous one."""
+    global _background
+    previous, _background = _background, applier
+    return previous
+
+
+def background_applier() -> BackgroundApply | None:
+    """The applier :func:`use_background_apply` registered in this process, if any."""
+    return _background
+
+
+def read_applied(io: FileIO) -> int:
+    if not io.exists(_APPLIED_FILE):
+        return 0
+    return int(json.loads(io.read_bytes(_APPLIED_FILE))["index"])
+
+
+def write_applied(io: FileIO, index: int) -> None:
+    io.atomic_write(json.dumps({"index": index}).encode(), _APPLIED_FILE)
+
+
+class TabletSink:
+    """Applies committed entries to the replica's tablet, if it has one (a superblock).
+
+    The tablet is the one a previous task of this process left open (the cache of
+    :mod:`pyspark_kudu.spark.host.replica_cache`), or is opened on first use with a log bounded by
+    what was applied *before* this task (``applied_before``), so bootstrap replays only that
+    and the new entries are applied here, yielding their per-row results. Replicas created
+    without a schema are consensus-only and skip this.
+    """
+
+    def __init__(self, root: str, tablet_id: str, io: FileIO, handle: ReplicaHandle,
+                 applied_before: int) -> None:
+        self._root = root
+        self._tablet_id = tablet_id
+        self.handle = handle
+        self._applied_before = applied_before
+        self._has_tablet = io.exists(SUPERBLOCK_FILE)
+        self.results: list[WriteResult] = []
+
+    def all_results(self) -> tuple[WriteResult, ...]:
+        """Results of what this request applied, after those of entries the background
+        applier applied on this replica since the last request."""
+        bg = _background
+        earlier = bg.take_results(self._root, self._tablet_id) if bg is not None else []
+        return (*earlier, *self.results)
+
+    def apply(self, entries: Sequence[Entry]) -> None:
+        writes = [e for e in entries if e.type == EntryType.NORMAL and e.data]
+        if not self._has_tablet or not entries:
+            return
+        h = self.handle
+        if h.tablet is None and not writes:
+            return
+        tablet = h.open_tablet(self._root, self._tablet_id, self._applied_before)
+        self.results.extend(tablet.apply(e.index, e.data) for e in writes)
+        assert h.tablet_log is not None
+        h.tablet_log.advance_upto(entries[-1].index)
+
+
+@dataclass
+class ApplyLimit:
+    """How much of what commits a request applies itself (:func:`drain`); the rest stays
+    unapplied (``held``) for a later request, a scan's :func:`catch_up` or the background
+    applier (the next request builds its node from the ``applied`` file and hands the held
+    entries out again).
+
+    ``defer``: nothing (a round that only collects the leader's per-row results).
+    ``deadline`` (``time.monotonic()``): entries one by one until then, at least one.
+    Either way a configuration entry that commits is applied, after everything held."""
+
+    defer: bool = False
+    deadline: float | None = None
+    stopped: bool = False
+    held: list[Entry] = field(default_factory=list)
+
+    def holding(self) -> bool:
+        return self.defer or self.stopped
+
+
+def configuration_between(storage: WalStorage, lo: int, hi: int) -> bool:
+    """Whether log entries ``[lo, hi)`` hold a configuration entry. Only entries small
+    enough to be one are read (:data:`CONF_FRAME_MAX`)."""
+    if lo >= hi:
+        return False
+    runs: list[list[int]] = []  # [first, end) of each run of small entries
+    for k, size in enumerate(storage.frame_sizes(lo, hi)):
+        if size < CONF_FRAME_MAX:
+            if runs and runs[-1][1] == lo + k:
+                runs[-1][1] += 1
+            else:
+                runs.append([lo + k, lo + k + 1])
+    return any(e.type != EntryType.NORMAL
+               for a, b in runs for e in storage.entries(a, b))
+
+
+def drain(
+    node: RaftNode, storage: WalStorage, io: FileIO, out: list[Message], span: list[int],
+    applier: TabletSink, host: str = "", limit: ApplyLimit | None = None,
+) -> None:
+    """Persist and hand out everything ``node`` has ready, and apply committed entries:
+    all of them, or what ``limit`` allows (see :class:`ApplyLimit`)."""
+    while node.has_ready():
+        rd = node.ready()
+        if rd.snapshot is not None:
+            storage.apply_snapshot(rd.snapshot)
+        if rd.entries:
+            storage.append(rd.entries)
+            record_writer(io, host, rd.entries)
+        if rd.hard_state is not None:
+            storage.set_hard_state(rd.hard_state)
+        out.extend(rd.messages)
+        before = node.conf_state
+        node.advance(rd)
+        if rd.committed_entries:
+            if node.conf_state != before:
+                storage.set_conf_state(node.conf_state)
+            committed = list(rd.committed_entries)
+            if limit is not None and limit.holding():
+                limit.held.extend(committed)
+                if all(e.type == EntryType.NORMAL for e in limit.held):
+                    if not configuration_between(storage, committed[-1].index + 1,
+                                                  node.commit_index + 1):
+                        # Only writes are left to hand out until the node is stepped
+                        # again: leave them unread (a backlog may be gigabytes).
+                        return
+                    continue
+                committed = limit.held[:]
+                limit.held.clear()
+                applier.apply(committed)
+            elif limit is not None and limit.deadline is not None:
+                done = 0
+                while done < len(committed):
+                    applier.apply(committed[done:done + 1])
+                    done += 1
+                    if time.monotonic() >= limit.deadline:
+                        break
+                rest = committed[done:]
+                limit.stopped = time.monotonic() >= limit.deadline
+                if any(e.type != EntryType.NORMAL for e in rest):
+                    applier.apply(rest)  # a configuration entry: everything up to it
+                elif rest:
+                    limit.held.extend(rest)
+                    committed = committed[:done]
+            else:
+                applier.apply(committed)
+            last = committed[-1].index
+            write_applied(io, last)
+            span.extend((committed[0].index, last))
+
+
+def replica_node(storage: WalStorage, applied: int, replica_id: str = "_") -> RaftNode:
+    """A throw-away ``RaftNode`` over a replica's durable state that has applied up to
+    ``applied`` and hands committed entries out :data:`READY_LIMIT_BYTES` at a time."""
+    return RaftNode(Config(id=replica_id, storage=storage, applied=applied,
+                           rng=random.Random(0), max_size_per_msg=None,
+                           max_committed_size_per_ready=READY_LIMIT_BYTES))
+
+
+def apply_committed(
+    io: FileIO, storage: WalStorage, applied: int, commit: int, applier: TabletSink,
+    host: str, limit: ApplyLimit | None = None,
+) -> tuple[int, ...]:
+    """Leader replica: apply what its client declared committed (configuration included),
+    all of it or what ``limit`` allows.
+
+    A throw-away ``RaftNode`` hands out the committed entries exactly as a follower's would,
+    so configuration entries are applied by the same code on every replica.
+    """
+    if commit <= applied:
+        return ()
+    node = replica_node(storage, applied)
+    span: list[int] = []
+    drain(node, storage, io, [], span, applier, host, limit)
+    return (span[0], span[-1]) if span else ()
+
+
+def catch_up(root: str, tablet_id: str, io: FileIO, handle: ReplicaHandle,
+             known_commit: int | None = None, *, trusted: bool = False,
+             commit_term: int | None = None, host: str = "") -> int:
+    """(Replica lock held.) Bring the replica's tablet up to everything it may know committed,
+    as a settle round would, and return its applied index. A scan calls this instead of
+    rebuilding a tablet from the WAL.
+
+    ``known_commit`` is a commit index the reader learned from the tablet's leader. The
+    replica takes it as its own commit index (up to its last entry) when ``trusted`` (it is
+    the leader's replica: the leader's log holds every committed entry, and never loses
+    one), or when its log holds entry ``known_commit`` at ``commit_term`` (Log Matching: its
+    log then equals the leader's up to there, all of it committed). The handle is marked
+    changed (:meth:`ReplicaHandle.will_mutate`) before anything is written.
+    """
+    storage = handle.storage
+    hs, _ = storage.initial_state()
+    commit = hs.commit
+    last = storage.last_index()
+    if known_commit is not None and known_commit > commit:
+        take = commit
+        if trusted:
+            take = min(known_commit, last)
+        elif commit_term is not None and known_commit <= last:
+            with contextlib.suppress(CompactedError):
+                if storage.term(known_commit) == commit_term:
+                    take = known_commit
+        if take > commit:
+            handle.will_mutate()
+            storage.set_hard_state(HardState(hs.term, hs.vote, take))
+            commit = take
+    applied = read_applied(io)
+    if commit <= applied:
+        return applied
+    handle.will_mutate()
+    sink = TabletSink(root, tablet_id, io, handle, applied)
+    span = apply_committed(io, storage, applied, commit, sink, host)
+    return span[-1] if span else applied
