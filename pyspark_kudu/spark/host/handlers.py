@@ -181,12 +181,11 @@ class PeerRequest:
     snapshot: SnapshotMetadata | None = None  # INSTALL_COPY: the Raft position of the copy
     #: The request belongs to a round that collects per-row results, which a write waits
     #: for: on the leader's replica (PERSIST) a resident server applies for up to its
-    #: leader budget before leaving the rest to its applier, where any other round gets
-    #: the short (follower) budget, so no round is held up by work nobody waits for; a
-    #: follower (STEP) persists what the messages carry (entries, the commit index) and
-    #: applies no committed write, leaving them to a later request, its applier or a
-    #: scan's :func:`~pyspark_kudu.spark.host.replica_apply.catch_up`
-    #: (``background_apply``).
+    #: leader budget before leaving the rest to its applier (in any other round it leaves
+    #: it all: nobody waits for that apply); a follower (STEP) persists what the messages
+    #: carry (entries, the commit index) and applies no committed write, leaving them to
+    #: a later request, its applier or a scan's
+    #: :func:`~pyspark_kudu.spark.host.replica_apply.catch_up` (``background_apply``).
     collecting: bool = False
 
 
@@ -459,8 +458,10 @@ def _persist_leader(
         storage.set_hard_state(HardState(hs.term, hs.vote, commit))
     new_hs, _ = storage.initial_state()
     bg = background_applier()
-    limit = None if bg is None else ApplyLimit(deadline=time.monotonic() + (
-        bg.leader_inline_s if req.collecting else bg.follower_inline_s))
+    limit = None
+    if bg is not None:  # nobody waits for this apply unless the round collects results
+        limit = (ApplyLimit(deadline=time.monotonic() + bg.leader_inline_s)
+                 if req.collecting else ApplyLimit(defer=True))
     applied_now = apply_committed(io, storage, applied, new_hs.commit, applier, host, limit)
     return _ok(req, host, last_index=storage.last_index(), applied=applied_now,
                results=applier.all_results())
@@ -519,11 +520,10 @@ def _step_follower(
     node = replica_node(storage, min(applied, hs.commit), req.replica_id)
     out: list[Message] = []
     span: list[int] = []
-    bg = background_applier()
-    limit: ApplyLimit | None = None
-    if req.collecting or bg is not None:
-        limit = ApplyLimit(defer=req.collecting, deadline=None if bg is None else
-                            time.monotonic() + bg.follower_inline_s)
+    # Nobody waits for a follower's apply: leave it to the applier, if there is one, and
+    # in a round collecting results, where the write waits for the round, to a later one.
+    limit = (ApplyLimit(defer=True) if req.collecting or background_applier() is not None
+             else None)
     drain(node, storage, io, out, span, applier, host, limit)  # catch up configuration first
     for m in req.messages:
         node.step(m)

@@ -71,7 +71,6 @@ class BackgroundApply(Protocol):
     (:class:`~pyspark_kudu.spark.host.background_apply.BackgroundApplier`)."""
 
     leader_inline_s: float
-    follower_inline_s: float
 
     def schedule(self, root: str, tablet_id: str, options: WalOptions | None, *,
                  leader: bool = False) -> None: ...
@@ -153,7 +152,8 @@ class ApplyLimit:
     applier (the next request builds its node from the ``applied`` file and hands the held
     entries out again).
 
-    ``defer``: nothing (a round that only collects the leader's per-row results).
+    ``defer``: nothing (a follower in a round collecting the leader's per-row results, or
+    any request but such a round's PERSIST in a process with a background applier).
     ``deadline`` (``time.monotonic()``): entries one by one until then, at least one.
     Either way a configuration entry that commits is applied, after everything held."""
 

@@ -84,8 +84,8 @@ from pyspark_kudu.spark.host.tserver_protocol import (
     parse_ticket,
 )
 
-__all__ = ["FILE_CHUNK_BYTES", "FOLLOWER_APPLY_ENV", "LEADER_APPLY_ENV",
-           "MAINTENANCE_INTERVAL_ENV", "serve", "start_resident"]
+__all__ = ["FILE_CHUNK_BYTES", "LEADER_APPLY_ENV", "MAINTENANCE_INTERVAL_ENV", "serve",
+           "start_resident"]
 
 #: Bytes per batch of a file stream: large enough to amortise a batch's overhead, small
 #: enough that neither side holds much of a file at once.
@@ -137,10 +137,9 @@ def _serve(body: bytes) -> bytes:
 
 _applier: BackgroundApplier | None = None
 #: Seconds a request served here applies committed entries itself on the leader's replica
-#: (whose per-row results a write may wait for) and on a follower, before leaving the rest
-#: to the background applier (10 and 1 by default).
+#: in a round collecting per-row results (which a write waits for) before leaving the rest
+#: to the background applier (10 by default); other requests leave it all.
 LEADER_APPLY_ENV = "PYSPARK_KUDU_LEADER_APPLY_S"
-FOLLOWER_APPLY_ENV = "PYSPARK_KUDU_FOLLOWER_APPLY_S"
 
 
 def _seconds_env(name: str, default: float) -> float:
@@ -156,8 +155,7 @@ def _start_background_apply() -> BackgroundApplier:
     global _applier
     from pyspark_kudu.spark.host.replica_apply import use_background_apply
 
-    _applier = BackgroundApplier(leader_inline_s=_seconds_env(LEADER_APPLY_ENV, 10.0),
-                                 follower_inline_s=_seconds_env(FOLLOWER_APPLY_ENV, 1.0))
+    _applier = BackgroundApplier(leader_inline_s=_seconds_env(LEADER_APPLY_ENV, 10.0))
     use_background_apply(_applier)
     return _applier
 

@@ -49,7 +49,7 @@ TS = ("ts-a", "ts-b", "ts-c")
 
 @pytest.fixture
 def applier() -> Iterator[BackgroundApplier]:
-    bg = BackgroundApplier(leader_inline_s=0.0, follower_inline_s=0.0, chunk_s=0.0,
+    bg = BackgroundApplier(leader_inline_s=0.0, chunk_s=0.0,
                            start=False)
     previous = use_background_apply(bg)
     try:
@@ -90,7 +90,7 @@ def test_a_write_of_more_entries_than_rounds_gets_every_per_row_result(
     tmp_path: Path, applier: BackgroundApplier,
 ) -> None:
     transport, lead = _group(tmp_path)
-    n = 3 * MAX_ROUNDS  # each round's PERSIST applies one entry on the leader's replica
+    n = 3 * MAX_ROUNDS  # each collecting round applies one entry on the leader's replica
     positions = lead.propose(_batches(n))
     results = lead.take_results([i for i, _ in positions])
     got = [results[i] for i, _ in positions]
@@ -98,10 +98,10 @@ def test_a_write_of_more_entries_than_rounds_gets_every_per_row_result(
     for k, r in enumerate(got[1:], start=1):
         assert r.num_rows == 3, k
         assert [(e.row, e.status) for e in r.errors] == [(0, "AlreadyPresent")], k
-    # Followers were told the commit but applied at most one entry per request: the rest
-    # is the applier's, which brings every replica to the same rows.
+    # Followers were told the commit but applied none of the writes: they are all the
+    # applier's, which brings every replica to the same rows.
     last = positions[-1][0]
-    assert any(_applied(transport, ts) < last for ts in ("ts-b", "ts-c"))
+    assert all(_applied(transport, ts) < positions[0][0] for ts in ("ts-b", "ts-c"))
     assert applier.pending(), "the rest was left to the applier"
     _drain(applier)
     lead.heartbeat()
@@ -118,7 +118,7 @@ def test_the_applier_applies_one_chunk_at_a_time_and_requeues_the_rest(
 ) -> None:
     transport, lead = _group(tmp_path)
     positions = lead.propose(_batches(5))
-    lead.heartbeat()  # tells everyone the commit: each replica applies one entry itself
+    lead.heartbeat()  # tells everyone the commit: no replica applies any of it itself
     last = positions[-1][0]
     before = _applied(transport, "ts-b")
     assert before < last
@@ -159,7 +159,7 @@ def test_results_of_entries_the_applier_applied_reach_the_writer(
 def test_results_beyond_the_cap_are_dropped_and_the_write_says_it_has_none(
     tmp_path: Path,
 ) -> None:
-    bg = BackgroundApplier(leader_inline_s=0.0, follower_inline_s=0.0, chunk_s=60.0,
+    bg = BackgroundApplier(leader_inline_s=0.0, chunk_s=60.0,
                            max_results=2, start=False)
     previous = use_background_apply(bg)
     try:
@@ -193,7 +193,7 @@ def test_the_leaders_replica_applies_long_only_in_a_round_collecting_results(
 ) -> None:
     # Long budget for the leader's replica, none for anything else: only a round that
     # collects per-row results may apply a whole backlog inline.
-    bg = BackgroundApplier(leader_inline_s=600.0, follower_inline_s=0.0, chunk_s=0.0,
+    bg = BackgroundApplier(leader_inline_s=600.0, chunk_s=0.0,
                            start=False)
     previous = use_background_apply(bg)
     try:
@@ -201,9 +201,9 @@ def test_the_leaders_replica_applies_long_only_in_a_round_collecting_results(
         positions = lead.propose(_batches(6))
         last = positions[-1][0]
         before = _applied(transport, "ts-a")
-        lead.heartbeat()  # a settle-like round: one entry, the rest left to the applier
+        lead.heartbeat()  # a settle-like round: all of it left to the applier
         after = _applied(transport, "ts-a")
-        assert after == before + 1 < last, (before, after, last)
+        assert after == before < last, (before, after, last)
         rounds: list[int] = []
         real_run = transport.run
 
@@ -266,7 +266,7 @@ def test_a_leaders_replica_is_scheduled_as_the_leaders_and_a_followers_as_a_foll
 def test_the_applier_thread_finishes_a_backlog_while_requests_come_and_go(
     tmp_path: Path,
 ) -> None:
-    bg = BackgroundApplier(leader_inline_s=0.0, follower_inline_s=0.0, chunk_s=0.0,
+    bg = BackgroundApplier(leader_inline_s=0.0, chunk_s=0.0,
                            yield_s=0.05)
     previous = use_background_apply(bg)
     try:
@@ -322,7 +322,7 @@ class _ServerTransport:
 
 def test_a_resident_server_applies_a_large_backlog_in_the_background(tmp_path: Path) -> None:
     env = dict(os.environ, PYSPARK_KUDU_SECRET=_SECRET.decode(), SPARK_LOCAL_IP="127.0.0.1",
-               PYSPARK_KUDU_LEADER_APPLY_S="0", PYSPARK_KUDU_FOLLOWER_APPLY_S="0",
+               PYSPARK_KUDU_LEADER_APPLY_S="0",
                PYSPARK_KUDU_MAINTENANCE_INTERVAL_S="0")
     proc = subprocess.Popen([sys.executable, "-c", _DAEMON], env=env, cwd=REPO, text=True,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
