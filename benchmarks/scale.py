@@ -12,8 +12,11 @@ per worker, RF=3, 3 racks through the test topology's location mapping):
    buckets x 2 range partitions, decimal/date/binary/string columns with nulls).
 2. **Full-scan aggregate over every column**, right after ingest and after 1% of the rows
    were upserted, through ``spark.read.format("kudu")`` and ``KuduContext.read_table``,
-   against ``spark.read.parquet`` of the same rows (median of ``--repeats``; every result
-   is checked against Parquet's).
+   against ``spark.read.parquet`` of the same rows (median of ``--repeats`` rounds, each
+   reading once with every path in turn; every result is checked against Parquet's). After
+   ingest also the **Python floor**: the same rows made by Arrow kernels in Python tasks and
+   handed to Spark through ``mapInArrow`` (``five_columns_from_python``), i.e. what Spark
+   charges any scan whose rows come from Python, with no storage at all.
 3. **PK lookup** p50 against a Parquet filter; **1-row and 10,000-row upserts** p50 against
    a ``deltalake`` MERGE of the same rows into a Delta table of the same size (the Parquet
    output converted in place: reference only, one process, no replication).
@@ -34,6 +37,7 @@ commit id and date. A benchmark, never a test: nothing here asserts a time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import functools
 import json
@@ -67,6 +71,7 @@ from pyspark_kudu.testing.benchdata import (
     delta_copy,
     delta_merge,
     five_columns,
+    five_columns_from_python,
     keyed_schema,
     rack_mapping,
     upsert_rows,
@@ -149,20 +154,33 @@ def _parquet_write(df: DataFrame, path: Path) -> float:
 
 
 def _scans(spark: SparkSession, kudu: KuduContext, table: str, parquet: Path, repeats: int,
-           mem: MemorySampler, tag: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    pq = spark.read.parquet(str(parquet))
-    out["parquet_s"], want = _median_time(lambda: _aggregate(pq), repeats)
+           mem: MemorySampler, tag: str, floor: DataFrame | None = None) -> dict[str, Any]:
+    """Median of ``repeats`` rounds, each reading with every path in turn (Parquet first),
+    so that background work on the machine (replicas still applying a large write) weighs
+    on the baseline as on the store. ``floor``: the same rows made by Python
+    (:func:`five_columns_from_python`), timed in the same rounds."""
     loads: dict[str, Callable[[], DataFrame]] = {
+        "parquet": lambda: spark.read.parquet(str(parquet)),
         "format_kudu": lambda: spark.read.format("kudu").option("kudu.table", table).load(),
         "read_table": lambda: kudu.read_table(table)}
-    for name, load in loads.items():
-        with mem.phase(f"scan_{tag}_{name}"):
-            t, got = _median_time(functools.partial(_load_aggregate, load), repeats)
-        if got != want:
-            raise AssertionError(f"{table} {name}: aggregate {got} != parquet {want}")
-        out[f"{name}_s"] = t
-        out[f"{name}_ratio"] = out["parquet_s"] / t
+    if floor is not None:
+        loads["python_floor"] = lambda: floor
+    times: dict[str, list[float]] = {name: [] for name in loads}
+    for _ in range(repeats):
+        for name, load in loads.items():
+            kudu_path = name in ("format_kudu", "read_table")
+            with mem.phase(f"scan_{tag}_{name}") if kudu_path else contextlib.nullcontext():
+                t0 = time.perf_counter()
+                got = _load_aggregate(load)
+                times[name].append(time.perf_counter() - t0)
+            if name == "parquet":
+                want = got
+            elif got != want:
+                raise AssertionError(f"{table} {name}: aggregate {got} != parquet {want}")
+    out: dict[str, Any] = {f"{name}_s": statistics.median(ts) for name, ts in times.items()}
+    for name in loads:
+        if name != "parquet":
+            out[f"{name}_ratio"] = out["parquet_s"] / out[f"{name}_s"]
     return out
 
 
@@ -252,7 +270,8 @@ def _simple_table(spark: SparkSession, kudu: KuduContext, n: int, parts: int,
     table = _ingest(kudu, df, out, parquet, mem, f"{n:,} simple", "s", "ingest",
                     lambda name: kudu.create_table(name, schema, keys=["id"], replicas=3,
                                                    partitioning=hashed))
-    out["scan_after_ingest"] = _scans(spark, kudu, table, parquet, args.repeats, mem, "ingest")
+    out["scan_after_ingest"] = _scans(spark, kudu, table, parquet, args.repeats, mem, "ingest",
+                                      five_columns_from_python(spark, n, parts))
     print(f"  scans after ingest: {out['scan_after_ingest']}", flush=True)
 
     # 1% of the rows upserted with new values; Parquet gets the same final rows.
@@ -353,6 +372,8 @@ def _plot(r: dict[str, Any], path: Path) -> None:
                                   for s in r["sizes"]],
         "scan read_table, ingested": [s["simple"]["scan_after_ingest"]["read_table_ratio"]
                                       for s in r["sizes"]],
+        "scan floor: rows from Python": [
+            s["simple"]["scan_after_ingest"].get("python_floor_ratio") for s in r["sizes"]],
         "scan format, upserted": [s["simple"]["scan_after_upserts"]["format_kudu_ratio"]
                                   for s in r["sizes"]],
         "scan read_table, upserted": [s["simple"]["scan_after_upserts"]["read_table_ratio"]

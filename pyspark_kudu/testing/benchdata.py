@@ -1,5 +1,6 @@
-"""What the benchmarks share: the 5-column input they write, its key schema, the rows their
-small upserts write, the ``deltalake`` MERGE they are compared with, and the commit id their
+"""What the benchmarks share: the 5-column input they write, the same rows made by Python
+(the floor of any scan whose rows come from Python), its key schema, the rows their small
+upserts write, the ``deltalake`` MERGE they are compared with, and the commit id their
 results record.
 
 Thread-safety: functions only.
@@ -11,14 +12,18 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
-__all__ = ["commit_id", "delta_copy", "delta_merge", "five_columns", "keyed_schema",
-           "rack_mapping", "upsert_rows"]
+__all__ = ["commit_id", "delta_copy", "delta_merge", "five_columns", "five_columns_from_python",
+           "keyed_schema", "rack_mapping", "upsert_rows"]
 
 
 def five_columns(spark: SparkSession, n: int, parts: int) -> DataFrame:
@@ -30,6 +35,32 @@ def five_columns(spark: SparkSession, n: int, parts: int) -> DataFrame:
                     (i % 1000).cast("double").alias("b"),
                     F.concat(F.lit("name-"), i.cast("string")).alias("c"),
                     (i % 7 == 0).alias("d")))
+
+
+def five_columns_from_python(spark: SparkSession, n: int, parts: int,
+                             batch_rows: int = 65536) -> DataFrame:
+    """The rows of :func:`five_columns`, made in each task by Arrow's compute kernels and
+    handed to Spark through ``mapInArrow`` in ``batch_rows``-row batches: the floor of any
+    scan whose rows come from Python (``format("kudu")`` and ``read_table`` alike), i.e.
+    what Spark itself charges to move rows from a Python worker into the JVM.
+
+    (``mapInArrow`` of ``spark.range(parts)``: task ``p`` makes ids
+    ``[p * n // parts, (p + 1) * n // parts)``.)"""
+
+    def make(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in batches:
+            for p in b.column(0).to_pylist():
+                lo, hi = p * n // parts, (p + 1) * n // parts
+                for start in range(lo, hi, batch_rows):
+                    ids = pa.array(np.arange(start, min(hi, start + batch_rows),
+                                             dtype=np.int64))
+                    yield pa.record_batch([
+                        ids, pc.multiply(ids, 2), pc.cast(pc.remainder(ids, 1000), pa.float64()),
+                        pc.binary_join_element_wise("name-", pc.cast(ids, pa.string()), ""),
+                        pc.equal(pc.remainder(ids, 7), 0)], names=["id", "a", "b", "c", "d"])
+
+    schema = five_columns(spark, 1, 1).schema
+    return spark.range(parts, numPartitions=parts).mapInArrow(make, schema)
 
 
 def keyed_schema(df: DataFrame, key: str = "id") -> StructType:
