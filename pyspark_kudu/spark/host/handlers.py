@@ -62,8 +62,9 @@ or executors of two applications may touch the same replica). Open replicas are 
 across tasks of one worker process when no other process changed them in between
 (:mod:`pyspark_kudu.spark.host.replica_cache`).
 
-**Applying**: a request applies the committed entries it learns of -- all of them, or, in a
-process with a background applier, for a bounded time, scheduling the replica with the
+**Applying**: a request applies the committed entries it learns of -- all of them; in a
+process with a background applier, only configuration entries, or on the leader's replica
+in a round collecting per-row results for a bounded time, scheduling the replica with the
 applier for the rest (:mod:`~pyspark_kudu.spark.host.replica_apply`); :func:`apply_backlog`
 is the applier's step.
 
