@@ -130,15 +130,6 @@ def _load_aggregate(load: Callable[[], DataFrame]) -> tuple[Any, ...]:
     return _aggregate(load())
 
 
-def _median_time(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
-    times, last = [], None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        last = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), last
-
-
 # -- one size ------------------------------------------------------------------------------
 def _kudu_write(df: DataFrame, table: str, op: str) -> float:
     t0 = time.perf_counter()
