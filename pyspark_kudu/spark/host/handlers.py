@@ -113,6 +113,7 @@ from pyspark_kudu.spark.host.replica_apply import (
     drain,
     read_applied,
     replica_node,
+    request_limit,
     write_applied,
 )
 from pyspark_kudu.spark.host.replica_cache import delete_replica, open_replica
@@ -458,11 +459,7 @@ def _persist_leader(
         commit = min(max(hs.commit, req.hard_state.commit), storage.last_index())
         storage.set_hard_state(HardState(hs.term, hs.vote, commit))
     new_hs, _ = storage.initial_state()
-    bg = background_applier()
-    limit = None
-    if bg is not None:  # nobody waits for this apply unless the round collects results
-        limit = (ApplyLimit(deadline=time.monotonic() + bg.leader_inline_s)
-                 if req.collecting else ApplyLimit(defer=True))
+    limit = request_limit(leader=True, collecting=req.collecting)
     applied_now = apply_committed(io, storage, applied, new_hs.commit, applier, host, limit)
     return _ok(req, host, last_index=storage.last_index(), applied=applied_now,
                results=applier.all_results())
@@ -521,10 +518,7 @@ def _step_follower(
     node = replica_node(storage, min(applied, hs.commit), req.replica_id)
     out: list[Message] = []
     span: list[int] = []
-    # Nobody waits for a follower's apply: leave it to the applier, if there is one, and
-    # in a round collecting results, where the write waits for the round, to a later one.
-    limit = (ApplyLimit(defer=True) if req.collecting or background_applier() is not None
-             else None)
+    limit = request_limit(leader=False, collecting=req.collecting)
     drain(node, storage, io, out, span, applier, host, limit)  # catch up configuration first
     for m in req.messages:
         node.step(m)

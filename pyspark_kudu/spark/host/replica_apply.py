@@ -53,6 +53,7 @@ __all__ = [
     "drain",
     "read_applied",
     "replica_node",
+    "request_limit",
     "use_background_apply",
     "write_applied",
 ]
@@ -164,6 +165,21 @@ class ApplyLimit:
 
     def holding(self) -> bool:
         return self.defer or self.stopped
+
+
+def request_limit(*, leader: bool, collecting: bool) -> ApplyLimit | None:
+    """How much a request applies itself (None: everything it learns of). Nobody waits for
+    a follower's apply: with a background applier it is all left to the applier, and in a
+    round collecting results (which the write waits for) to a later request. The leader's
+    replica applies inline only in such a round, for up to the applier's
+    ``leader_inline_s``; without an applier it applies everything."""
+    bg = _background
+    if leader:
+        if bg is None:
+            return None
+        return (ApplyLimit(deadline=time.monotonic() + bg.leader_inline_s) if collecting
+                else ApplyLimit(defer=True))
+    return ApplyLimit(defer=True) if collecting or bg is not None else None
 
 
 def configuration_between(storage: WalStorage, lo: int, hi: int) -> bool:
