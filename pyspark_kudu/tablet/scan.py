@@ -50,7 +50,9 @@ __all__ = [
     "ScanPlan",
     "TabletScanner",
     "combine",
+    "fragment_batches",
     "key_predicates",
+    "rowset_filter",
     "rowset_may_match",
 ]
 
@@ -93,6 +95,33 @@ def rowset_may_match(meta: RowSetMeta, schema: Schema, preds: Sequence[Predicate
     return not (lo is not None and (lo > hi0 or (lo == hi0 and not lo_inc)))
 
 
+def rowset_filter(user: ds.Expression | None, snapshot: int, max_ts: int,
+                  min_end: int | None, dead: I64) -> ds.Expression | None:
+    """The filter of one rowset file at ``snapshot``: the user's predicates and the
+    visibility conditions that are not trivially true for that file (module docstring)."""
+    parts: list[ds.Expression] = [] if user is None else [user]
+    if max_ts > snapshot:
+        parts.append(pc.field(TS_COLUMN) <= snapshot)
+    if min_end is not None and min_end <= snapshot:
+        parts.append(pc.field(END_COLUMN) > snapshot)
+    if len(dead):
+        parts.append(~pc.field(ROW_COLUMN).isin(pa.array(dead, type=pa.int64())))
+    return combine(parts)
+
+
+def fragment_batches(fragment: ds.ParquetFileFragment, schema: Schema,
+                     columns: Sequence[str], filt: ds.Expression | None, batch_rows: int
+                     ) -> Iterator[pa.RecordBatch]:
+    """The non-empty batches of one rowset file's ``columns`` matching ``filt``, at most
+    ``batch_rows`` rows each, decoded a couple of batches ahead of the consumer."""
+    scanner = ds.Scanner.from_fragment(
+        fragment, schema=physical_schema(schema), columns=list(columns), filter=filt,
+        batch_size=batch_rows, batch_readahead=_BATCH_READAHEAD, fragment_readahead=1)
+    for batch in scanner.to_batches():
+        if batch.num_rows:
+            yield batch
+
+
 @dataclass(frozen=True)
 class RowSetSource:
     """One pinned rowset of a plan: its fragment (over a file opened when the scan was
@@ -123,21 +152,10 @@ class ScanPlan:
     def rowset_batches(self, src: RowSetSource, user: ds.Expression | None
                        ) -> Iterator[pa.RecordBatch]:
         meta = src.rowset.meta
-        s = self.snapshot
-        parts: list[ds.Expression] = [] if user is None else [user]
-        if meta.max_ts > s:
-            parts.append(pc.field(TS_COLUMN) <= s)
-        if meta.min_end is not None and meta.min_end <= s:
-            parts.append(pc.field(END_COLUMN) > s)
-        if len(src.dead):
-            parts.append(~pc.field(ROW_COLUMN).isin(pa.array(src.dead, type=pa.int64())))
-        scanner = ds.Scanner.from_fragment(
-            src.fragment, schema=physical_schema(self.schema), columns=list(self.columns),
-            filter=combine(parts), batch_size=self.batch_rows,
-            batch_readahead=_BATCH_READAHEAD, fragment_readahead=1)
-        for batch in scanner.to_batches():
-            if batch.num_rows:
-                yield batch
+        yield from fragment_batches(
+            src.fragment, self.schema, self.columns,
+            rowset_filter(user, self.snapshot, meta.max_ts, meta.min_end, src.dead),
+            self.batch_rows)
 
     def mrs_batches(self, user: ds.Expression | None) -> Iterator[pa.RecordBatch]:
         view = self.mrs

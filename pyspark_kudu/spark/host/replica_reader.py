@@ -10,9 +10,11 @@ it -- kudu-spark's scan token and scanner (STYLE.md):
    prefix; ties by a hash of (task host, tablet server), so tasks on different hosts spread
    over different replicas, and the same task retried asks the same one first.
 2. **Local or remote**: a replica on this host whose data root opens here and whose
-   ``instance`` file names its tablet server is read in this process; any other is read
-   through its host's resident tablet server (:mod:`~.tablet_server`), authenticated with
-   the cluster's credential from this worker's environment.
+   ``instance`` file names its tablet server is read by this process: its host's resident
+   tablet server plans the scan and shares the rowset files, which the task decodes itself
+   (:mod:`~.shared_scan`; without a resident server the whole scan runs here). Any other
+   replica is streamed by its host's resident tablet server (:mod:`~.tablet_server`). Both
+   calls are authenticated with the cluster's credential from this worker's environment.
 3. **Read-your-writes**: the leader replica is read up to the commit index the client
    knows (its log is the leader's log). A follower's log may hold uncommitted entries up to
    that index, so it is read *at* that index as a snapshot; it first learns that index is
@@ -127,8 +129,9 @@ def _local_root(choice: ReplicaChoice, scan: TabletScan, host: str) -> tuple[str
     return (None, why) if why else (root, "")
 
 
-#: ``server`` (default): a replica on the task's own host is read through the host's
-#: resident tablet server too, which keeps it open; ``process``: in the task's process.
+#: ``server`` (default): a replica on the task's own host is planned by the host's resident
+#: tablet server, which keeps it open, and its files shared with the task; ``process``: the
+#: whole scan in the task's process (it opens the replica itself).
 LOCAL_SCANS_ENV = "PYSPARK_KUDU_LOCAL_SCANS"
 
 
@@ -157,7 +160,8 @@ def read_tablet(scan: TabletScan, host: str | None = None,
             # it at the known index, as a snapshot.
             snapshot = known
         root, why = _local_root(choice, scan, host)
-        if root is not None and choice.address and secret and _via_server():
+        shared = root is not None and bool(choice.address) and bool(secret) and _via_server()
+        if shared:
             root, why = None, "read through its host's resident tablet server"
         require = scan.known_commit if scan.require else None
         it: Iterator[pa.RecordBatch]
@@ -176,12 +180,13 @@ def read_tablet(scan: TabletScan, host: str | None = None,
                              f"to call its tablet server with")
                 continue
             else:
-                from pyspark_kudu.spark.host.tserver_client import scan_remote
+                from pyspark_kudu.spark.host.tserver_client import scan_remote, scan_shared
 
-                it = scan_remote(choice.address, secret, ScanRequest(
+                it = (scan_shared if shared else scan_remote)(choice.address, secret, ScanRequest(
                     choice.ts_uuid, scan.tablet_id, scan.columns, scan.predicates, snapshot,
                     known, require, scan.batch_rows, choice.root, scan.data_root_conf,
-                    scan.types, trusted=choice.leader, commit_term=scan.commit_term))
+                    scan.types, trusted=choice.leader, commit_term=scan.commit_term,
+                    share_files=shared))
             first = next(it, None)
         except _SKIPPABLE as e:
             tried.append(f"{choice.ts_uuid}: {type(e).__name__}: {e}")

@@ -32,7 +32,7 @@ from pyspark_kudu.spark.host.tabletcopy import COPYING_FILE
 from pyspark_kudu.tablet import TabletScanner
 from pyspark_kudu.wal import WalOptions
 
-__all__ = ["scan_replica"]
+__all__ = ["plan_replica_scan", "scan_replica", "stream_scan"]
 
 
 def scan_replica(
@@ -62,6 +62,21 @@ def scan_replica(
     corruption error while streaming marks the replica failed and raises
     ServiceUnavailableError from the iterator.
     """
+    scanner = plan_replica_scan(root, tablet_id, columns, predicates, snapshot, known_commit,
+                                options, batch_rows, require_index, trusted=trusted,
+                                commit_term=commit_term)
+    return stream_scan(root, tablet_id, scanner)
+
+
+def plan_replica_scan(
+    root: str, tablet_id: str, columns: Sequence[str] | None,
+    predicates: Sequence[Predicate], snapshot: int | None, known_commit: int | None = None,
+    options: WalOptions | None = None, batch_rows: int = 65536,
+    require_index: int | None = None, *, trusted: bool = True,
+    commit_term: int | None = None,
+) -> TabletScanner:
+    """The first half of :func:`scan_replica`: the scan planned (caught up, rowsets pinned
+    and open), not yet streamed. Stream it with :func:`stream_scan`, or close it."""
     io = tablet_dir(root, tablet_id)
     require_replica(io, tablet_id)
     why = failed_reason(io) or (
@@ -70,9 +85,14 @@ def scan_replica(
         raise ServiceUnavailableError(
             f"replica of tablet {tablet_id} under {root} is failed and serves nothing ({why})")
     with _failing_replica(root, io, tablet_id, "planning a scan"):
-        scanner = _open_scan(root, io, tablet_id, columns, predicates, snapshot, known_commit,
-                             options, batch_rows, require_index, trusted, commit_term)
-    return _stream(root, io, tablet_id, scanner)
+        return _open_scan(root, io, tablet_id, columns, predicates, snapshot, known_commit,
+                          options, batch_rows, require_index, trusted, commit_term)
+
+
+def stream_scan(root: str, tablet_id: str, scanner: TabletScanner) -> Iterator[pa.RecordBatch]:
+    """The batches of a planned scan; a disk or corruption error while streaming marks the
+    replica failed (ServiceUnavailableError)."""
+    return _stream(root, tablet_dir(root, tablet_id), tablet_id, scanner)
 
 
 @contextlib.contextmanager

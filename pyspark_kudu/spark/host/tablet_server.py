@@ -123,6 +123,36 @@ def _scan(req: ScanRequest) -> Iterator[pa.RecordBatch]:
                         commit_term=req.commit_term)
 
 
+def _shared_scan(req: ScanRequest) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
+    """A scan for a client on this host, which reads the rowset files itself
+    (:mod:`~pyspark_kudu.spark.host.shared_scan`)."""
+    from pyspark_kudu.spark.host.replica_scan import plan_replica_scan
+    from pyspark_kudu.spark.host.shared_scan import share_scan
+
+    root = _root_for(req.ts_uuid, req.root, req.data_root_conf)
+    _note_root(root, None)
+    scanner = plan_replica_scan(root, req.tablet_id, req.columns, req.predicates,
+                                req.snapshot, req.known_commit, batch_rows=req.batch_rows,
+                                require_index=req.require_index, trusted=req.trusted,
+                                commit_term=req.commit_term)
+    return share_scan(root, req.tablet_id, scanner)
+
+
+def _translating(it: Iterator[pa.RecordBatch], schema: pa.Schema
+                 ) -> Iterator[pa.RecordBatch]:
+    """``it``'s batches with exactly ``schema`` (its metadata too), errors as Flight errors;
+    ``it`` is closed when the client goes away."""
+    try:
+        for batch in it:
+            yield pa.RecordBatch.from_arrays(batch.columns, schema=schema)
+    except (KuduError, OSError) as e:
+        raise _flight_error(e) from e
+    finally:
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()
+
+
 def _serve(body: bytes) -> bytes:
     """A round task's requests, served against this host's replicas (see
     :func:`~pyspark_kudu.spark.host.round_tasks.serve_host`). The caller proved it holds the
@@ -263,6 +293,11 @@ def _make_server(host: str, secret: bytes, tls: TlsConfig | None = None) -> Any:
         def do_get(self, context: Any, ticket: fl.Ticket) -> fl.FlightDataStream:
             try:
                 req = parse_ticket(ticket.ticket)
+                if isinstance(req, ScanRequest) and req.share_files:
+                    schema, it = _shared_scan(req)
+                    with self._lock:
+                        self.served += 1
+                    return fl.GeneratorStream(schema, _translating(it, schema))
                 it = (_scan(req) if isinstance(req, ScanRequest) else
                       _staged(req) if isinstance(req, StagedRequest) else _file(req))
                 first = next(it, None)

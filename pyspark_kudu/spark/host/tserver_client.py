@@ -37,7 +37,7 @@ from pyspark_kudu.spark.host.tserver_protocol import (
 )
 
 __all__ = ["fetch_file", "fetch_file_buffers", "fetch_staged", "ping", "scan_remote",
-           "serve_remote"]
+           "scan_shared", "serve_remote"]
 
 _CONNECT_TIMEOUT_S = 10.0
 
@@ -88,6 +88,43 @@ def scan_remote(address: str, secret: bytes, req: ScanRequest, *,
     """
     yield from _stream(address, secret, req.to_ticket(), f"a scan of {req.tablet_id}",
                        timeout_s)
+
+
+def scan_shared(address: str, secret: bytes, req: ScanRequest, *,
+                timeout_s: float | None = None) -> Iterator[pa.RecordBatch]:
+    """The batches of ``req`` (``share_files`` set: the caller runs on that server's host),
+    the rowset files the server shared read here
+    (:func:`~pyspark_kudu.spark.host.shared_scan.read_shared`), the rest streamed.
+
+    Raises:
+        NetworkError: the server is unreachable.
+        KuduError: the server's own error, rebuilt; ServiceUnavailableError when a shared
+            file is not readable here (before any batch).
+    """
+    from pyspark_kudu.spark.host.shared_scan import FILES_KEY, read_shared
+
+    what = f"a scan of {req.tablet_id}"
+    client = _connect(address, secret, _CONNECT_TIMEOUT_S)
+    files: Iterator[pa.RecordBatch] = iter(())
+    try:
+        try:
+            reader = client.do_get(fl.Ticket(req.to_ticket()),
+                                   fl.FlightCallOptions(timeout=timeout_s))
+            described = (reader.schema.metadata or {}).get(FILES_KEY)
+            if described is not None:
+                files = read_shared(described, req.columns, req.predicates, req.batch_rows)
+            for chunk in reader:
+                yield chunk.data.replace_schema_metadata(None)
+        except (pa.ArrowException, fl.FlightError) as e:
+            raise _translate(e, address, what) from e
+    finally:
+        client.close()
+    try:
+        yield from files
+    finally:
+        close = getattr(files, "close", None)
+        if close is not None:
+            close()
 
 
 def fetch_file(address: str, secret: bytes, req: FileRequest, *,

@@ -111,7 +111,9 @@ class ScanRequest:
     point (``snapshot``, or everything committed up to ``known_commit``; ``require_index``:
     the replica's log must reach it, a linearizable read). ``known_commit`` binds the
     replica when ``trusted`` (it is the leader's) or when its log holds that entry at
-    ``commit_term`` (see :func:`~pyspark_kudu.spark.host.replica_apply.catch_up`)."""
+    ``commit_term`` (see :func:`~pyspark_kudu.spark.host.replica_apply.catch_up`).
+    ``share_files``: the client runs on the server's host and reads the rowset files itself
+    (:mod:`~pyspark_kudu.spark.host.shared_scan`)."""
 
     ts_uuid: str
     tablet_id: str
@@ -126,6 +128,7 @@ class ScanRequest:
     types: Mapping[str, pa.DataType] = field(default_factory=dict, compare=False, repr=False)
     trusted: bool = False
     commit_term: int | None = None
+    share_files: bool = False
 
     def to_ticket(self) -> bytes:
         return json.dumps({
@@ -136,6 +139,7 @@ class ScanRequest:
             "require_index": self.require_index, "batch_rows": self.batch_rows,
             "root": self.root, "data_root_conf": self.data_root_conf,
             "trusted": self.trusted, "commit_term": self.commit_term,
+            "share_files": self.share_files,
         }).encode()
 
     @classmethod
@@ -149,7 +153,8 @@ class ScanRequest:
             require_index=_opt_int(d.get("require_index")),
             batch_rows=int(d.get("batch_rows") or 65536),
             root=_opt_str(d.get("root")), data_root_conf=_opt_str(d.get("data_root_conf")),
-            trusted=d.get("trusted") is True, commit_term=_opt_int(d.get("commit_term")))
+            trusted=d.get("trusted") is True, commit_term=_opt_int(d.get("commit_term")),
+            share_files=d.get("share_files") is True)
 
 
 @dataclass(frozen=True)
