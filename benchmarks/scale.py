@@ -145,11 +145,14 @@ def _parquet_write(df: DataFrame, path: Path) -> float:
 
 
 def _scans(spark: SparkSession, kudu: KuduContext, table: str, parquet: Path, repeats: int,
-           mem: MemorySampler, tag: str, floor: DataFrame | None = None) -> dict[str, Any]:
+           mem: MemorySampler, tag: str, floor: DataFrame | None = None,
+           warm_up: bool = False) -> dict[str, Any]:
     """Median of ``repeats`` rounds, each reading with every path in turn (Parquet first),
     so that background work on the machine (replicas still applying a large write) weighs
     on the baseline as on the store. ``floor``: the same rows made by Python
-    (:func:`five_columns_from_python`), timed in the same rounds."""
+    (:func:`five_columns_from_python`), timed in the same rounds. ``warm_up``: first one
+    untimed read with every path (the executors' JVMs compile each path's code on its first
+    read: a first Parquet scan of 10M rows took 5.5-6.0 s, the next ones about 2 s)."""
     loads: dict[str, Callable[[], DataFrame]] = {
         "parquet": lambda: spark.read.parquet(str(parquet)),
         "format_kudu": lambda: spark.read.format("kudu").option("kudu.table", table).load(),
@@ -157,6 +160,8 @@ def _scans(spark: SparkSession, kudu: KuduContext, table: str, parquet: Path, re
     if floor is not None:
         loads["python_floor"] = lambda: floor
     times: dict[str, list[float]] = {name: [] for name in loads}
+    for load in loads.values() if warm_up else ():
+        _load_aggregate(load)
     for _ in range(repeats):
         for name, load in loads.items():
             kudu_path = name in ("format_kudu", "read_table")
@@ -262,7 +267,7 @@ def _simple_table(spark: SparkSession, kudu: KuduContext, n: int, parts: int,
                     lambda name: kudu.create_table(name, schema, keys=["id"], replicas=3,
                                                    partitioning=hashed))
     out["scan_after_ingest"] = _scans(spark, kudu, table, parquet, args.repeats, mem, "ingest",
-                                      five_columns_from_python(spark, n, parts))
+                                      five_columns_from_python(spark, n, parts), warm_up=True)
     print(f"  scans after ingest: {out['scan_after_ingest']}", flush=True)
 
     # 1% of the rows upserted with new values; Parquet gets the same final rows.
