@@ -163,6 +163,20 @@ def test_reads_see_the_writes_this_session_committed_and_agree_with_read_table(
     assert rows(ctx.read_table(table)) == rows(load(spark, table))
 
 
+def test_each_task_of_a_read_is_handed_one_tablet_and_every_tablet_is_read_once(
+    spark: SparkSession, kudu: tuple[KuduContext, SessionService],
+) -> None:
+    ctx, service = kudu
+    table = new_table(ctx)
+    save(spark.createDataFrame([(k, f"v{k}") for k in range(300)], STRUCT), table)
+    before = set(service.scans.scan_ids())
+    assert rows(load(spark, table)) == [(k, f"v{k}") for k in range(300)]
+    (scan_id,) = set(service.scans.scan_ids()) - before
+    given = service.scans.given(scan_id)
+    assert sorted(given) == [0, 1, 2], "a partition did not ask for its tablet"
+    assert sorted(given.values()) == [0, 1, 2], "a tablet was read twice or not at all"
+
+
 # -- operations --------------------------------------------------------------------------------
 
 

@@ -61,9 +61,11 @@ Thread-safety: instances are used by one Spark worker at a time; they hold no sh
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
+import pickle
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -462,11 +464,16 @@ class KuduStreamWriter(_StagingWriter, DataSourceStreamArrowWriter):
 
 
 class TabletPartition(InputPartition):
-    """One tablet to scan: its scan token (replicas, read point, columns, predicates)."""
+    """One tablet to scan: its scan token (replicas, read point, columns, predicates). With
+    a ``scan_id`` the tablet is the one the session service hands partition ``index`` on
+    the host its task runs on (:mod:`~pyspark_kudu.spark.api.scan_claims`); ``scan`` is
+    then the token of tablet ``index``, for reading without the service."""
 
-    def __init__(self, scan: TabletScan) -> None:
+    def __init__(self, scan: TabletScan, scan_id: str = "", index: int = -1) -> None:
         super().__init__(scan.tablet_id)
         self.scan = scan
+        self.scan_id = scan_id
+        self.index = index
 
     @property
     def tablet_id(self) -> str:
@@ -530,14 +537,32 @@ class KuduScanReader(DataSourceReader):
             out.append(self._token(t.tablet_id, [self._choice(r, r == t.leader)
                                                  for r in ordered], snapshot, t.known_commit,
                                    commit_term=t.commit_term))
-        return out
+        return self._claimed(out)
+
+    def _claimed(self, parts: list[InputPartition]) -> list[InputPartition]:
+        """``parts`` registered with the session service, which hands each task a tablet
+        with a replica on its host (:mod:`~pyspark_kudu.spark.api.scan_claims`)."""
+        tokens = [p.scan for p in parts if isinstance(p, TabletPartition)]
+        if self.session is None or len(tokens) < 2 or len(tokens) != len(parts):
+            return parts
+        scan_id = uuid.uuid4().hex
+        SessionClient(self.session).register_scan(
+            scan_id, [[r.host for r in t.replicas] for t in tokens],
+            [base64.b64encode(pickle.dumps(t, protocol=pickle.HIGHEST_PROTOCOL)).decode()
+             for t in tokens])
+        return [TabletPartition(t, scan_id, i) for i, t in enumerate(tokens)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, TabletPartition):
             return  # Spark's stand-in partition when pruning left no tablet
+        scan = partition.scan
+        if partition.scan_id and self.session is not None:
+            _, token = SessionClient(self.session).claim_tablet(
+                partition.scan_id, partition.index, current_host())
+            scan = pickle.loads(base64.b64decode(token))
         refresh = (SessionClient(self.session).server_addresses
                    if self.session is not None else None)
-        for rb in read_tablet_refreshing(partition.scan, refresh):
+        for rb in read_tablet_refreshing(scan, refresh):
             yield self._conform(rb)
 
     def _conform(self, rb: pa.RecordBatch) -> pa.RecordBatch:

@@ -21,6 +21,8 @@ the data source calls it:
                    caller discards its staging
 ``lead_read``      linearizable read points of tablets this client leads
 ``lead_heal``      replication actions on tablets this client leads
+``scan_register``  a ``format("kudu")`` scan's tokens, and ``scan_claim``: the tablet a task
+                   of it reads, chosen on the task's host (:mod:`~.scan_claims`)
 =================  ===========================================================================
 
 The ``lead_*`` methods serve *other clients* (other KuduContexts, possibly of other
@@ -93,6 +95,7 @@ import pyarrow as pa
 from pyspark_kudu.errors import InvalidArgumentError, KuduError, RowWriteError
 from pyspark_kudu.fileio import FileIO
 from pyspark_kudu.rpc.tls import FROM_ENV, TlsConfig, TlsSetting, resolve_tls, server_kwargs
+from pyspark_kudu.spark.api.scan_claims import ScanClaims
 from pyspark_kudu.spark.host.dataplane import Staged, StagedRef, decode_staged
 from pyspark_kudu.spark.replication.session_client import (
     ReadPoint,
@@ -228,6 +231,7 @@ class SessionService:
         self._locks_guard = threading.Lock()
         self._stream_locks: dict[tuple[str, str], threading.Lock] = {}
         self._host = host
+        self.scans = ScanClaims()
         try:
             self._server = _flight_server(self, host, self.secret.encode(), self.tls)
         except (OSError, pa.ArrowException) as e:
@@ -283,6 +287,15 @@ class SessionService:
                                                 [str(t) for t in body["tablet_ids"]],
                                                 forwarded=method == "lead_read")
                 return {t: list(point) for t, point in points.items()}
+            case "scan_register":
+                self.scans.register(str(body["scan_id"]),
+                                    [[str(h) for h in hs] for hs in body["hosts"]],
+                                    [str(t) for t in body["tokens"]])
+                return None
+            case "scan_claim":
+                j, token = self.scans.claim(str(body["scan_id"]), int(body["part"]),
+                                            str(body["host"]))
+                return [j, token]
             case "lead_heal":
                 done = self._kudu.execute_replication_actions(
                     [dict(a) for a in body["actions"]], forwarded=True)

@@ -296,6 +296,19 @@ class SessionClient:
         (asked of the leading client if another one leads)."""
         return self._points("read_points", table, tablet_ids)
 
+    def register_scan(self, scan_id: str, hosts: Sequence[Sequence[str]],
+                      tokens: Sequence[str]) -> None:
+        """Register a ``format("kudu")`` scan's tokens (one per tablet) and their replicas'
+        hosts, for :meth:`claim_tablet` (:mod:`pyspark_kudu.spark.api.scan_claims`)."""
+        self.call("scan_register", {"scan_id": scan_id, "hosts": [list(h) for h in hosts],
+                                    "tokens": list(tokens)})
+
+    def claim_tablet(self, scan_id: str, part: int, host: str) -> tuple[int, str]:
+        """The tablet (index, token) partition ``part`` of a registered scan reads, asked
+        by a task running on ``host``."""
+        out = self.call("scan_claim", {"scan_id": scan_id, "part": part, "host": host})
+        return int(out[0]), str(out[1])
+
     def lead_commit(self, table: str, refs: Sequence[bytes], bad_rows: Sequence[str] = ()
                     ) -> WriteSummary:
         """Have this service's client replicate staged batches of tablets it leads."""
