@@ -13,8 +13,9 @@ exactly one tablet and the tablets are covered exactly once, as with a fixed ass
 task asking again for the same partition (Spark's retry or a speculative copy) gets the
 tablet given the first time, so a retry never reads another tablet.
 
-Registrations are kept for :data:`KEEP_S` seconds, and at most :data:`KEEP_SCANS` of them
-(the oldest are dropped first): a task of a scan dropped meanwhile fails with
+Registrations are kept for :data:`KEEP_S` seconds, and at most :data:`KEEP_TOKENS` tokens
+in all (~1.4 KB each; the oldest scans are dropped first): a task of a scan dropped
+meanwhile (e.g. a cached DataFrame recomputing a lost partition a day later) fails with
 ``NotFoundError`` naming the scan, rather than read a tablet another task read.
 
 Thread-safety: :class:`ScanClaims` is safe to call from the service's threads.
@@ -30,12 +31,12 @@ from dataclasses import dataclass, field
 
 from pyspark_kudu.errors import InvalidArgumentError, NotFoundError
 
-__all__ = ["KEEP_S", "KEEP_SCANS", "ScanClaims"]
+__all__ = ["KEEP_S", "KEEP_TOKENS", "ScanClaims"]
 
 #: Seconds a scan's registration is kept (its tasks must have asked by then).
-KEEP_S = 6 * 3600.0
-#: Registrations kept at most (the oldest are dropped first).
-KEEP_SCANS = 4096
+KEEP_S = 24 * 3600.0
+#: Tokens of all registrations kept at most (the oldest scans are dropped first).
+KEEP_TOKENS = 100_000
 
 
 @dataclass
@@ -50,11 +51,12 @@ class _Scan:
 class ScanClaims:
     """The session service's registry of ``format("kudu")`` scans (module docstring)."""
 
-    def __init__(self, keep_s: float = KEEP_S, keep_scans: int = KEEP_SCANS,
+    def __init__(self, keep_s: float = KEEP_S, keep_tokens: int = KEEP_TOKENS,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._keep_s = keep_s
-        self._keep_scans = keep_scans
+        self._keep_tokens = keep_tokens
+        self._tokens = 0
         self._lock = threading.Lock()
         self._scans: OrderedDict[str, _Scan] = OrderedDict()
 
@@ -69,11 +71,13 @@ class ScanClaims:
             if scan_id in self._scans:
                 raise InvalidArgumentError(f"scan {scan_id} is registered already")
             self._scans[scan_id] = _Scan(tuple(frozenset(h) for h in hosts), tuple(tokens), now)
-            while self._scans:
+            self._tokens += len(tokens)
+            while len(self._scans) > 1:  # the new one stays, whatever its size
                 oldest = next(iter(self._scans.values()))
-                if len(self._scans) <= self._keep_scans and now - oldest.at <= self._keep_s:
+                if self._tokens <= self._keep_tokens and now - oldest.at <= self._keep_s:
                     break
                 self._scans.popitem(last=False)
+                self._tokens -= len(oldest.tokens)
 
     def claim(self, scan_id: str, part: int, host: str) -> tuple[int, str]:
         """The tablet partition ``part`` of ``scan_id`` reads, asked from ``host``: the one
@@ -90,8 +94,8 @@ class ScanClaims:
             if scan is None:
                 raise NotFoundError(
                     f"format('kudu') scan {scan_id} is not registered with this session (it "
-                    f"was planned more than {self._keep_s:.0f} s ago, or more than "
-                    f"{self._keep_scans} scans were planned since): run the query again")
+                    f"was planned more than {self._keep_s:.0f} s ago, or scans of more than "
+                    f"{self._keep_tokens} tablets were planned since): run the query again")
             n = len(scan.tokens)
             if not 0 <= part < n:
                 raise InvalidArgumentError(f"scan {scan_id} has partitions 0..{n - 1}, not {part}")

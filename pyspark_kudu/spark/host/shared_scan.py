@@ -95,7 +95,7 @@ def share_scan(root: str, tablet_id: str, scanner: TabletScanner
     plan = scanner.plan
     schema = plan.schema.project(list(plan.columns))
     io = tablet_dir(root, tablet_id)
-    if not io.is_local:
+    if not io.is_local or not plan.rowsets:  # nothing to share: the rows are in memory
         return schema, stream_scan(root, tablet_id, scanner)
     try:
         sweep_stale(root)

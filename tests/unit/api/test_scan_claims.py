@@ -60,12 +60,13 @@ def test_a_task_on_a_replica_host_gets_a_local_tablet_while_its_own_is_remote() 
 
 
 def test_unknown_scans_and_partitions_are_refused_with_their_names() -> None:
-    claims = ScanClaims(keep_scans=2)
+    claims = ScanClaims(keep_tokens=3)
     with pytest.raises(NotFoundError, match="scan nope is not registered"):
         claims.claim("nope", 0, "h0")
-    for s in ("s1", "s2", "s3"):
-        claims.register(s, [["h0"]], ["t"])
-    assert len(claims) == 2
+    claims.register("s1", [["h0"]], ["t"])
+    claims.register("s2", [["h0"], ["h1"]], ["t", "u"])
+    claims.register("s3", [["h0"]], ["t"])  # 4 tokens: s1 goes
+    assert claims.scan_ids() == ["s2", "s3"]
     with pytest.raises(NotFoundError, match="scan s1 is not registered"):
         claims.claim("s1", 0, "h0")
     with pytest.raises(InvalidArgumentError, match=r"partitions 0\.\.0, not 1"):

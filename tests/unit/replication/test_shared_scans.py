@@ -28,7 +28,7 @@ from pyspark_kudu.spark.host.identity import ensure_instance
 from pyspark_kudu.spark.host.replica_apply import catch_up
 from pyspark_kudu.spark.host.replica_cache import clear_cache, open_replica
 from pyspark_kudu.spark.host.replica_reader import ReplicaChoice, TabletScan, read_tablet
-from pyspark_kudu.spark.host.replica_scan import scan_replica
+from pyspark_kudu.spark.host.replica_scan import plan_replica_scan, scan_replica
 from pyspark_kudu.spark.host.tablet_server import _make_server
 from pyspark_kudu.spark.host.tserver_protocol import ScanRequest
 from pyspark_kudu.spark.replication.peer_transport import DirectTransport
@@ -230,3 +230,24 @@ def test_a_task_on_the_replicas_host_reads_the_shared_files(
     got = pa.Table.from_batches(list(read_tablet(scan, host="127.0.0.1", secret=SECRET)))
     assert got.num_rows == ROWSETS * ROWS
     assert shared == [1], "the local replica was not read from shared files"
+
+
+def test_a_replica_holding_only_a_memrowset_shares_nothing_and_streams_every_row(
+        tmp_path: Path) -> None:
+    clear_cache()
+    roots = {ts: str(tmp_path / ts) for ts in TS}
+    for r in roots.values():
+        ensure_instance(r)
+    tablet = TabletReplicas("t", TS)
+    transport = DirectTransport(roots)
+    TabletLeader(tablet, "ts-a", transport).create(SCHEMA.to_json())
+    lead = TabletLeader(tablet, "ts-a", transport)
+    lead.elect()
+    lead.propose([_batch(0, 500, "m")])
+    lead.heartbeat()
+    scanner = plan_replica_scan(roots["ts-a"], "t", ("id",), (), None)
+    schema, it = shared_scan.share_scan(roots["ts-a"], "t", scanner)
+    assert shared_scan.FILES_KEY not in (schema.metadata or {})
+    assert sum(b.num_rows for b in it) == 500
+    assert _links(roots["ts-a"]) == []
+    clear_cache()
