@@ -3,9 +3,10 @@
 A scan through the resident tablet server (:mod:`~pyspark_kudu.spark.host.tablet_server`)
 streams every batch over Arrow Flight: the server decodes the rowset files, then both
 processes copy the bytes through gRPC and the loopback socket. Measured on the 6-worker
-cluster (10M rows, settled, 2 cores): the servers' share was ~1.5 CPU-s per full scan, a
-third more than Spark's own Python path costs (``benchmarks/scale.py``'s Python floor), and a
-scan there is CPU-bound, so every CPU-second is half a second of wall time.
+cluster (10M rows, 5 columns, settled; CPU time of every process per full-scan aggregate):
+the servers took ~1.5 of the ~6 CPU-s a ``read_table`` scan cost, and a scan there is
+CPU-bound on 2 cores. With the files shared, the servers take ~0.1 CPU-s and the tasks
+~0.8 CPU-s more (they decode the files), and the scan is ~10% faster.
 
 So a task on the replica's own host asks the server to *share* the scan
 (``ScanRequest.share_files``). The server plans it exactly as any other (the replica caught
