@@ -16,20 +16,21 @@ before the snapshot collected), then:
 1. **Hard-links** each rowset file the scan reads into a private directory
    ``<data root>/scans/<random>/`` and releases its pins at once: a compaction may retire
    the rowset now, and the link keeps its bytes (rowset files are immutable).
-2. Answers a Flight stream whose schema metadata (:data:`FILES_KEY`) describes those files
+2. Answers a Flight stream whose schema metadata (``FILES_KEY``) describes those files
    (path, the visibility conditions and the ended rows of each at the snapshot) and whose
    batches are the scan's MemRowSet rows only (in memory, at most one MemRowSet).
 
 The task opens every linked file, removes the directory (the open descriptors keep the
 files readable), and reads them with the same filter the server would apply
-(:func:`~pyspark_kudu.tablet.scan.rowset_filter`): the same rows, decoded once, in the
+(:func:`~pyspark_kudu.spark.host.tserver_client.read_shared`,
+:func:`~pyspark_kudu.tablet.scan.rowset_filter`): the same rows, decoded once, in the
 process that hands them to Spark. A directory a task never removed (it died between the
 answer and opening the files) is removed by the server's next shared scan once it is older
 than :data:`STALE_S`.
 
 The server shares only what it can: a replica not on a local file system, or a file it
 could not link (another process's compaction deleted it after it was opened), is streamed
-as before, and the stream then carries every row (no :data:`FILES_KEY`). A task that cannot
+as before, and the stream then carries every row (no ``FILES_KEY``). A task that cannot
 open a linked file fails the attempt on that replica before its first batch (the reader
 tries the next replica), never half-way through.
 
@@ -45,24 +46,19 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.dataset as ds
 
-from pyspark_kudu.errors import ServiceUnavailableError
-from pyspark_kudu.schema import Predicate, Schema
 from pyspark_kudu.spark.host.handlers import tablet_dir
 from pyspark_kudu.spark.host.replica_scan import stream_scan
+from pyspark_kudu.spark.host.tserver_protocol import FILES_KEY
 from pyspark_kudu.tablet import TabletScanner
-from pyspark_kudu.tablet.scan import combine, fragment_batches, rowset_filter
 
-__all__ = ["FILES_KEY", "SCANS_DIR", "STALE_S", "read_shared", "share_scan", "sweep_stale"]
+__all__ = ["SCANS_DIR", "STALE_S", "share_scan", "sweep_stale"]
 
-#: Schema-metadata key of a shared scan's answer: the JSON description of its linked files.
-FILES_KEY = b"pyspark_kudu.shared_files"
 #: Directory under a data root holding shared scans' links until their task opened them.
 SCANS_DIR = "scans"
 #: Seconds after which a shared scan's directory is stale (its task died before opening it).
@@ -122,45 +118,3 @@ def share_scan(root: str, tablet_id: str, scanner: TabletScanner
     described = json.dumps({"dir": links, "snapshot": plan.snapshot,
                             "schema": plan.schema.to_dict(), "files": files})
     return schema.with_metadata({FILES_KEY: described.encode()}), mrs
-
-
-def read_shared(described: bytes, columns: Sequence[str] | None,
-                predicates: Sequence[Predicate], batch_rows: int
-                ) -> Iterator[pa.RecordBatch]:
-    """The task's side: opens every file ``described`` (a :data:`FILES_KEY` value) names
-    and removes their directory *now*, then returns an iterator reading them with the
-    scan's ``columns`` and ``predicates``, ``batch_rows`` rows at most per batch.
-
-    Raises:
-        ServiceUnavailableError: a file could not be opened here (nothing was read).
-    """
-    d = json.loads(described)
-    opened: list[tuple[pa.NativeFile, Mapping[str, Any]]] = []
-    try:
-        for f in d["files"]:
-            opened.append((pa.OSFile(f["path"]), f))
-    except OSError as e:
-        for fh, _ in opened:
-            fh.close()
-        raise ServiceUnavailableError(
-            f"the rowset files a tablet server shared are not readable here ({e})") from e
-    finally:
-        shutil.rmtree(d["dir"], ignore_errors=True)
-    return _read(opened, Schema.from_dict(d["schema"]), int(d["snapshot"]), columns,
-                 predicates, batch_rows)
-
-
-def _read(opened: list[tuple[pa.NativeFile, Mapping[str, Any]]], schema: Schema,
-          snapshot: int, columns: Sequence[str] | None, predicates: Sequence[Predicate],
-          batch_rows: int) -> Iterator[pa.RecordBatch]:
-    try:
-        cols = tuple(schema.names if columns is None else columns)
-        user = combine([p.bind(schema).to_expression(schema) for p in predicates])
-        fmt = ds.ParquetFileFormat()
-        for fh, f in opened:
-            dead = np.frombuffer(base64.b64decode(f["dead"]), dtype="<i8")
-            filt = rowset_filter(user, snapshot, int(f["max_ts"]), f["min_end"], dead)
-            yield from fragment_batches(fmt.make_fragment(fh), schema, cols, filt, batch_rows)
-    finally:
-        for fh, _ in opened:
-            fh.close()

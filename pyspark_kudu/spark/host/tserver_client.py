@@ -18,26 +18,33 @@ Thread-safety: functions only; each call has its own client.
 
 from __future__ import annotations
 
+import base64
 import json
-from collections.abc import Iterator
+import shutil
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.flight as fl
 
-from pyspark_kudu.errors import KuduError, NetworkError, TimedOutError
+from pyspark_kudu.errors import KuduError, NetworkError, ServiceUnavailableError, TimedOutError
 from pyspark_kudu.rpc.auth import connect
 from pyspark_kudu.rpc.tls import TlsHandshakeError, location, tls_from_env
+from pyspark_kudu.schema import Predicate, Schema
 from pyspark_kudu.spark.host.tserver_protocol import (
+    FILES_KEY,
     SERVE_ACTION,
     FileRequest,
     ScanRequest,
     StagedRequest,
     decode_error,
 )
+from pyspark_kudu.tablet.scan import combine, fragment_batches, rowset_filter
 
-__all__ = ["fetch_file", "fetch_file_buffers", "fetch_staged", "ping", "scan_remote",
-           "scan_shared", "serve_remote"]
+__all__ = ["fetch_file", "fetch_file_buffers", "fetch_staged", "ping", "read_shared",
+           "scan_remote", "scan_shared", "serve_remote"]
 
 _CONNECT_TIMEOUT_S = 10.0
 
@@ -101,8 +108,6 @@ def scan_shared(address: str, secret: bytes, req: ScanRequest, *,
         KuduError: the server's own error, rebuilt; ServiceUnavailableError when a shared
             file is not readable here (before any batch).
     """
-    from pyspark_kudu.spark.host.shared_scan import FILES_KEY, read_shared
-
     what = f"a scan of {req.tablet_id}"
     client = _connect(address, secret, _CONNECT_TIMEOUT_S)
     files: Iterator[pa.RecordBatch] = iter(())
@@ -195,3 +200,46 @@ def ping(address: str, secret: bytes, *, timeout_s: float = _CONNECT_TIMEOUT_S
         raise _translate(e, address, "ping") from e
     finally:
         client.close()
+
+
+def read_shared(described: bytes, columns: Sequence[str] | None,
+                predicates: Sequence[Predicate], batch_rows: int
+                ) -> Iterator[pa.RecordBatch]:
+    """The task's side of a shared scan (:mod:`~pyspark_kudu.spark.host.shared_scan`):
+    opens every file ``described`` (a ``FILES_KEY`` value) names and removes their
+    directory *now*, then returns an iterator reading them with the
+    scan's ``columns`` and ``predicates``, ``batch_rows`` rows at most per batch.
+
+    Raises:
+        ServiceUnavailableError: a file could not be opened here (nothing was read).
+    """
+    d = json.loads(described)
+    opened: list[tuple[pa.NativeFile, Mapping[str, Any]]] = []
+    try:
+        for f in d["files"]:
+            opened.append((pa.OSFile(f["path"]), f))
+    except OSError as e:
+        for fh, _ in opened:
+            fh.close()
+        raise ServiceUnavailableError(
+            f"the rowset files a tablet server shared are not readable here ({e})") from e
+    finally:
+        shutil.rmtree(d["dir"], ignore_errors=True)
+    return _read(opened, Schema.from_dict(d["schema"]), int(d["snapshot"]), columns,
+                 predicates, batch_rows)
+
+
+def _read(opened: list[tuple[pa.NativeFile, Mapping[str, Any]]], schema: Schema,
+          snapshot: int, columns: Sequence[str] | None, predicates: Sequence[Predicate],
+          batch_rows: int) -> Iterator[pa.RecordBatch]:
+    try:
+        cols = tuple(schema.names if columns is None else columns)
+        user = combine([p.bind(schema).to_expression(schema) for p in predicates])
+        fmt = ds.ParquetFileFormat()
+        for fh, f in opened:
+            dead = np.frombuffer(base64.b64decode(f["dead"]), dtype="<i8")
+            filt = rowset_filter(user, snapshot, int(f["max_ts"]), f["min_end"], dead)
+            yield from fragment_batches(fmt.make_fragment(fh), schema, cols, filt, batch_rows)
+    finally:
+        for fh, _ in opened:
+            fh.close()

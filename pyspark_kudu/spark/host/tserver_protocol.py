@@ -104,6 +104,12 @@ def decode_predicates(items: Sequence[Mapping[str, Any]]) -> list[Predicate]:
     return out
 
 
+#: Schema-metadata key of a shared scan's answer (``ScanRequest.share_files``): the JSON
+#: description of the rowset files the server linked for the client
+#: (:mod:`~pyspark_kudu.spark.host.shared_scan`).
+FILES_KEY = b"pyspark_kudu.shared_files"
+
+
 @dataclass(frozen=True)
 class ScanRequest:
     """One replica scan: which tablet server (its uuid, and the data root the client knows

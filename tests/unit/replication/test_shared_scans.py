@@ -30,7 +30,7 @@ from pyspark_kudu.spark.host.replica_cache import clear_cache, open_replica
 from pyspark_kudu.spark.host.replica_reader import ReplicaChoice, TabletScan, read_tablet
 from pyspark_kudu.spark.host.replica_scan import plan_replica_scan, scan_replica
 from pyspark_kudu.spark.host.tablet_server import _make_server
-from pyspark_kudu.spark.host.tserver_protocol import ScanRequest
+from pyspark_kudu.spark.host.tserver_protocol import FILES_KEY, ScanRequest
 from pyspark_kudu.spark.replication.peer_transport import DirectTransport
 from pyspark_kudu.spark.replication.tablet_leader import TabletLeader, TabletReplicas
 from pyspark_kudu.tablet import OpType, encode_write_batch
@@ -140,7 +140,7 @@ def test_the_server_shares_the_files_and_streams_only_the_memrowset(
     client = connect(fl.Location.for_grpc_tcp("127.0.0.1", server.port), SECRET)
     try:
         reader = client.do_get(fl.Ticket(req.to_ticket()))
-        described = json.loads((reader.schema.metadata or {})[shared_scan.FILES_KEY])
+        described = json.loads((reader.schema.metadata or {})[FILES_KEY])
         streamed = reader.read_all()
     finally:
         client.close()
@@ -199,7 +199,7 @@ def test_files_the_task_cannot_open_fail_the_replica_before_any_batch(tmp_path: 
                             "files": [{"path": str(gone / "0.parquet"), "max_ts": 1,
                                        "min_end": None, "dead": ""}]}).encode()
     with pytest.raises(ServiceUnavailableError, match="not readable here"):
-        shared_scan.read_shared(described, None, (), 100)
+        tserver_client.read_shared(described, None, (), 100)
     assert not gone.exists()
 
 
@@ -218,13 +218,13 @@ def test_a_task_on_the_replicas_host_reads_the_shared_files(
         monkeypatch: pytest.MonkeyPatch) -> None:
     root, uuid, _, _ = replica
     shared: list[int] = []
-    real = shared_scan.read_shared
+    real = tserver_client.read_shared
 
     def spy(*a: Any, **kw: Any) -> Iterator[pa.RecordBatch]:
         shared.append(1)
         return real(*a, **kw)
 
-    monkeypatch.setattr(shared_scan, "read_shared", spy)
+    monkeypatch.setattr(tserver_client, "read_shared", spy)
     scan = TabletScan("tbl", "t", (ReplicaChoice(uuid, root, True, "127.0.0.1",
                                                  f"127.0.0.1:{server.port}"),), None)
     got = pa.Table.from_batches(list(read_tablet(scan, host="127.0.0.1", secret=SECRET)))
@@ -247,7 +247,7 @@ def test_a_replica_holding_only_a_memrowset_shares_nothing_and_streams_every_row
     lead.heartbeat()
     scanner = plan_replica_scan(roots["ts-a"], "t", ("id",), (), None)
     schema, it = shared_scan.share_scan(roots["ts-a"], "t", scanner)
-    assert shared_scan.FILES_KEY not in (schema.metadata or {})
+    assert FILES_KEY not in (schema.metadata or {})
     assert sum(b.num_rows for b in it) == 500
     assert _links(roots["ts-a"]) == []
     clear_cache()
