@@ -100,8 +100,8 @@ def scan_remote(address: str, secret: bytes, req: ScanRequest, *,
 def scan_shared(address: str, secret: bytes, req: ScanRequest, *,
                 timeout_s: float | None = None) -> Iterator[pa.RecordBatch]:
     """The batches of ``req`` (``share_files`` set: the caller runs on that server's host),
-    the rowset files the server shared read here
-    (:func:`~pyspark_kudu.spark.host.shared_scan.read_shared`), the rest streamed.
+    the rowset files the server shared read here (:func:`read_shared`), the rest (its
+    MemRowSet rows) streamed.
 
     Raises:
         NetworkError: the server is unreachable.
