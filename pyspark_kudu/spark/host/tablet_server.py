@@ -138,13 +138,17 @@ def _shared_scan(req: ScanRequest) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]
     return share_scan(root, req.tablet_id, scanner)
 
 
-def _translating(it: Iterator[pa.RecordBatch], schema: pa.Schema
-                 ) -> Iterator[pa.RecordBatch]:
-    """``it``'s batches with exactly ``schema`` (its metadata too), errors as Flight errors;
-    ``it`` is closed when the client goes away."""
+def _translating(it: Iterator[pa.RecordBatch], schema: pa.Schema | None = None,
+                 first: pa.RecordBatch | None = None) -> Iterator[pa.RecordBatch]:
+    """``first`` (already taken from ``it``), then ``it``'s batches, with exactly ``schema``
+    when given (its metadata too); errors as Flight errors. ``it`` is closed when the client
+    goes away, which releases a scan's files now."""
     try:
+        if first is not None:
+            yield first
         for batch in it:
-            yield pa.RecordBatch.from_arrays(batch.columns, schema=schema)
+            yield batch if schema is None else pa.RecordBatch.from_arrays(batch.columns,
+                                                                          schema=schema)
     except (KuduError, OSError) as e:
         raise _flight_error(e) from e
     finally:
@@ -310,19 +314,7 @@ def _make_server(host: str, secret: bytes, tls: TlsConfig | None = None) -> Any:
                 schema = pa.schema([pa.field("chunk", pa.binary())]) if isinstance(
                     req, (FileRequest, StagedRequest)) else pa.schema([])
                 return fl.GeneratorStream(schema, iter(()))
-
-            def rest() -> Iterator[pa.RecordBatch]:
-                try:
-                    yield first
-                    yield from it
-                except (KuduError, OSError) as e:
-                    raise _flight_error(e) from e
-                finally:
-                    close = getattr(it, "close", None)
-                    if close is not None:
-                        close()  # a client that went away releases the scan's files now
-
-            return fl.GeneratorStream(first.schema, rest())
+            return fl.GeneratorStream(first.schema, _translating(it, first=first))
 
         def do_action(self, context: Any, action: fl.Action) -> Iterator[fl.Result]:
             if action.type == SERVE_ACTION:
