@@ -274,9 +274,13 @@ class ChaosInjector(FaultInjector):
                     if len(self.events) >= len(self.planned):
                         break
                     ev = self.planned[len(self.events)]
+                    due = ev.at_s
                 else:
+                    # The schedule shows the time rounded; the pacing uses it unrounded, or
+                    # a kill could strike up to 5 ms less than a period after the last one.
                     ev = FaultEvent(round(at, 2), "kill_executor", next(hosts))
-                if not self._wait_until(self.started_at + ev.at_s):
+                    due = at
+                if not self._wait_until(self.started_at + due):
                     break
                 self.events.append(ev)
                 rec = self._record(ev, note="waiting for its precondition")
