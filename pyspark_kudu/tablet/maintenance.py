@@ -7,7 +7,19 @@ stays fast after updates without anyone asking:
 - **Compaction by overlap**: rowsets whose key ranges overlap are merged. Every write and
   point lookup probes each rowset whose range holds the key, so the *height* of the stack
   over a key (how many rowsets overlap there) is what a lookup pays; merging a stack into
-  sorted, non-overlapping outputs brings it to one.
+  sorted, non-overlapping outputs brings it to one. But a merge rewrites every byte of its
+  inputs, and a stack is cheap to keep while it is low: a fresh key is ruled out by each
+  rowset's bloom filter, and a scan reads each rowset on its own (no merge by key). So a
+  low stack is merged *size-tiered*: only rowsets of similar size go together (sorted by
+  size, each at most ``size_ratio`` times the sum of the smaller ones chosen), and a small
+  rowset over a large one (the 1% of a table an upsert rewrote, or the last flush of an
+  ingest) waits until rowsets of its size add up to the large one's. Each byte is then
+  rewritten O(log n) times, not once per small flush over it. A stack of ``max_stack``
+  or more is merged smallest first whatever the sizes (its lookups cost more than the
+  rewrite). Measured before this rule (10M rows, 6 tablets on 6 one-core hosts of a
+  2-core machine): merging a 1% upsert's new rowset into the 1.7M-row rowset under it cost
+  bursts of 4-7 CPU-s in the tablet servers in the minute after the upsert, and every scan
+  in that minute (Parquet's too) shared the cores with it.
 - **Compaction by deltas**: a rowset many of whose rows were ended later by updates or
   deletes (``delta rows / rows >= delta_ratio``) is rewritten with the ends folded in and
   the versions older than the history mark dropped, so scans stop filtering dead rows
@@ -38,7 +50,7 @@ from dataclasses import dataclass
 
 from pyspark_kudu.tablet.rowset import RowSetMeta
 
-__all__ = ["MaintenancePolicy", "choose_compaction", "delta_ratio", "overlap_stacks"]
+__all__ = ["MaintenancePolicy", "choose_compaction", "delta_ratio", "overlap_stacks", "size_tier"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +64,8 @@ class MaintenancePolicy:
     history_max_age_s: float = 900.0  # Kudu's --tablet_history_max_age_sec
     busy_s: float = 10.0
     busy_min_stack: int = 8
+    size_ratio: float = 2.0
+    max_stack: int = 8
 
     def __post_init__(self) -> None:
         if not 0 < self.delta_ratio <= 1:
@@ -65,6 +79,11 @@ class MaintenancePolicy:
         if self.busy_min_stack < self.min_stack:
             raise ValueError(f"busy_min_stack must be at least min_stack ({self.min_stack}), "
                              f"got {self.busy_min_stack}")
+        if not self.size_ratio >= 1:
+            raise ValueError(f"size_ratio must be at least 1, got {self.size_ratio}")
+        if self.max_stack < self.min_stack:
+            raise ValueError(f"max_stack must be at least min_stack ({self.min_stack}), "
+                             f"got {self.max_stack}")
 
 
 def delta_ratio(meta: RowSetMeta) -> float:
@@ -96,23 +115,23 @@ def choose_compaction(rowsets: Sequence[RowSetMeta], policy: MaintenancePolicy, 
                       busy: bool = False) -> tuple[int, ...]:
     """The ids of the rowsets to merge next (empty: nothing worth it).
 
-    The tallest overlapping stack first: as many of its rowsets as fit the budget, smallest
-    first (the fresh flushes; merging k of them lowers the stack by k - 1, size-tiered),
-    at least two. Else the rowset with the largest delta ratio over the threshold that
-    fits the budget. ``busy``: the replica is being written (module docstring): only a
-    stack of ``busy_min_stack`` or more, no delta compaction.
+    The tallest overlapping stack that has something to merge first: a stack of
+    ``max_stack`` or more merges as many of its rowsets as fit the budget, smallest first
+    (merging k of them lowers the stack by k - 1); a lower one its largest size tier that
+    fits the budget (:func:`size_tier`), at least two rowsets. Else the rowset with the
+    largest delta ratio over the threshold that fits the budget. ``busy``: the replica is
+    being written (module docstring): only a stack of ``busy_min_stack`` or more, no delta
+    compaction.
     """
     least = policy.busy_min_stack if busy else policy.min_stack
     stacks = sorted((s for s in overlap_stacks(rowsets) if len(s) >= least),
                     key=len, reverse=True)
     for stack in stacks:
-        chosen: list[RowSetMeta] = []
-        spent = 0
-        for m in sorted(stack, key=lambda m: (m.size_bytes, m.id)):
-            if spent + m.size_bytes > policy.budget_bytes:
-                break
-            chosen.append(m)
-            spent += m.size_bytes
+        if len(stack) >= policy.max_stack:
+            chosen = _smallest_first(sorted(stack, key=_by_size), policy.budget_bytes,
+                                     ratio=None)
+        else:
+            chosen = size_tier(stack, policy)
         if len(chosen) >= 2:
             return tuple(sorted(m.id for m in chosen))
     if busy:
@@ -123,3 +142,39 @@ def choose_compaction(rowsets: Sequence[RowSetMeta], policy: MaintenancePolicy, 
         worst = max(dead, key=lambda m: (delta_ratio(m), m.id))
         return (worst.id,)
     return ()
+
+
+def size_tier(stack: Sequence[RowSetMeta], policy: MaintenancePolicy) -> list[RowSetMeta]:
+    """The longest run of ``stack``'s rowsets in size order (ties: the fewest bytes) in which
+    each is at most ``size_ratio`` times the sum of the smaller ones and all fit the budget;
+    fewer than two: none."""
+    ordered = sorted(stack, key=_by_size)
+    best: list[RowSetMeta] = []
+    for i in range(len(ordered) - 1):
+        run = _smallest_first(ordered[i:], policy.budget_bytes, ratio=policy.size_ratio)
+        if len(run) > len(best) or (len(run) == len(best) and len(run) >= 2
+                                    and _bytes(run) < _bytes(best)):
+            best = run
+    return best if len(best) >= 2 else []
+
+
+def _smallest_first(ordered: Sequence[RowSetMeta], budget: int, *,
+                    ratio: float | None) -> list[RowSetMeta]:
+    chosen: list[RowSetMeta] = []
+    spent = 0
+    for m in ordered:
+        if spent + m.size_bytes > budget:
+            break
+        if ratio is not None and chosen and m.size_bytes > ratio * spent:
+            break
+        chosen.append(m)
+        spent += m.size_bytes
+    return chosen
+
+
+def _by_size(m: RowSetMeta) -> tuple[int, int]:
+    return (m.size_bytes, m.id)
+
+
+def _bytes(ms: Sequence[RowSetMeta]) -> int:
+    return sum(m.size_bytes for m in ms)

@@ -104,7 +104,9 @@ class _Runs:
         ``runs`` of the run it is in."""
         out = np.full(len(probe), -1, dtype=np.int64)
         run_of = np.full(len(probe), -1, dtype=np.int64)
-        todo = np.arange(len(probe))
+        # Searched in probe order: neighbouring queries touch neighbouring parts of a run,
+        # several times faster than random order on a run that does not fit the caches.
+        todo = np.argsort(probe)
         for r in range(len(self.runs) - 1, -1, -1):
             if not len(todo):
                 break
@@ -117,6 +119,15 @@ class _Runs:
             run_of[todo[hit]] = r
             todo = todo[~hit]
         return out, run_of
+
+    def order(self) -> I64:
+        """Every position, sorted by (probe, position): the runs are sorted already, so
+        this is a merge (numpy's stable sort finds and merges the runs)."""
+        if len(self.runs) == 1:
+            return np.array(self.runs[0].positions, dtype=np.int64)
+        p = np.concatenate([r.probes for r in self.runs])  # oldest run first: stable ties
+        positions = np.concatenate([r.positions for r in self.runs])
+        return np.asarray(positions[np.argsort(p, kind="stable")], dtype=np.int64)
 
     def with_probe(self, probe: int) -> list[tuple[int, I64]]:
         """Every (run index, positions) stored with ``probe`` (collision handling)."""
@@ -185,6 +196,12 @@ class MemRowSet:
             b = stored.keys.column(name).take(r_take)
             eq &= np.asarray(pc.equal(a, b).to_numpy(zero_copy_only=False), dtype=bool)
         return eq
+
+    def key_order(self) -> I64 | None:
+        """Every position in (key, apply) order when the probe is the key itself
+        (:func:`~.keys.is_exact_probe`), else ``None``: what a flush sorts by, from the
+        index's sorted runs instead of a sort of the whole MemRowSet."""
+        return self._runs.order() if self._exact and self._n else None
 
     def is_live(self, positions: I64) -> npt.NDArray[np.bool_]:
         return np.asarray(self._end[positions] == LIVE)

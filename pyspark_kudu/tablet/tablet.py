@@ -342,7 +342,7 @@ class Tablet(TabletCompactions):
             if len(mrs):
                 view = mrs.view()
                 table = prepare_versions(sb.schema, view.table(), view.begin, view.end,
-                                         sb.ancient_history_mark)
+                                         sb.ancient_history_mark, mrs.key_order())
                 if table.num_rows:
                     new_rowset = write_rowset(self._dir, next_id, table, sb.schema,
                                               self._options.row_group_rows,

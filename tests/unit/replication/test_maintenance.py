@@ -4,6 +4,7 @@ the middle of an operation that lose nothing."""
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import textwrap
@@ -80,21 +81,52 @@ def test_a_chosen_compaction_fits_its_budget_and_merges_one_stack(
         specs: list[tuple[int, int, int, int]], budget: int) -> None:
     metas = [_meta(i, lo, lo + span, size=size, rows=10, dead=dead)
              for i, (lo, span, size, dead) in enumerate(specs)]
-    ids = choose_compaction(metas, MaintenancePolicy(budget_bytes=budget, delta_ratio=0.5))
+    policy = MaintenancePolicy(budget_bytes=budget, delta_ratio=0.5, max_stack=6)
+    ids = choose_compaction(metas, policy)
     chosen = [m for m in metas if m.id in ids]
     assert sum(m.size_bytes for m in chosen) <= budget
     if len(chosen) > 1:
-        stacks = [{m.id for m in s} for s in overlap_stacks(metas)]
-        assert any(set(ids) <= s for s in stacks), (ids, stacks)
-    elif chosen:
-        assert chosen[0].deltas and not any(
-            len(s) >= 2 and sum(sorted(m.size_bytes for m in s)[:2]) <= budget
-            for s in overlap_stacks(metas))
+        stacks = [s for s in overlap_stacks(metas) if set(ids) <= {m.id for m in s}]
+        assert stacks, (ids, overlap_stacks(metas))
+        if len(stacks[0]) < policy.max_stack:  # a low stack: similar sizes only
+            sizes = sorted(m.size_bytes for m in chosen)
+            assert all(b <= policy.size_ratio * sum(sizes[:i + 1])
+                       for i, b in enumerate(sizes[1:])), sizes
+    elif chosen:  # a delta compaction: no stack had a merge to offer
+        assert chosen[0].deltas
+        for s in overlap_stacks(metas):
+            sizes = sorted(m.size_bytes for m in s)
+            if len(s) >= policy.max_stack:
+                assert sizes[0] + sizes[1] > budget, sizes
+            else:
+                assert not any(b <= policy.size_ratio * a and a + b <= budget
+                               for a, b in itertools.pairwise(sizes)), sizes
+
+
+def test_a_low_stack_merges_rowsets_of_similar_size_and_leaves_a_small_one_over_a_big_one(
+        ) -> None:
+    policy = MaintenancePolicy(budget_bytes=10_000)
+    big = _meta(1, 0, 100, size=1000)
+    # An upsert's small rowset over the table's big one: rewriting the big one for it is
+    # what the size tiers avoid.
+    assert choose_compaction([big, _meta(2, 0, 100, size=10)], policy) == ()
+    # Small ones of a size go together (each <= 2x the sum of the smaller ones), not the
+    # big one.
+    small = [_meta(2, 0, 100, size=10), _meta(3, 0, 100, size=12), _meta(4, 5, 90, size=9)]
+    assert choose_compaction([big, *small], policy) == (2, 3, 4)
+    # ... until they add up to the big one's size.
+    grown = [_meta(2, 0, 100, size=300), _meta(3, 0, 100, size=500)]
+    assert choose_compaction([big, *grown], policy) == (1, 2, 3)
+    # The longest tier wins, wherever it starts in size order.
+    assert choose_compaction([_meta(5, 0, 100, size=1), big, *grown], policy) == (1, 2, 3)
+    # A stack of max_stack or more is merged smallest first whatever the sizes.
+    assert choose_compaction([big, _meta(2, 0, 100, size=10)],
+                             MaintenancePolicy(budget_bytes=10_000, max_stack=2)) == (1, 2)
 
 
 def test_a_policy_refuses_nonsense() -> None:
     for bad in ({"delta_ratio": 0}, {"min_stack": 1}, {"budget_bytes": 0},
-                {"flush_idle_s": -1}):
+                {"flush_idle_s": -1}, {"size_ratio": 0.5}, {"max_stack": 1}):
         with pytest.raises(ValueError):
             MaintenancePolicy(**bad)  # type: ignore[arg-type]
 

@@ -8,6 +8,7 @@ import pytest
 
 from pyspark_kudu.schema import ColumnSchema, Schema
 from pyspark_kudu.tablet import keys as keys_module
+from pyspark_kudu.tablet.compaction import prepare_versions
 from pyspark_kudu.tablet.keys import key_probe
 from pyspark_kudu.tablet.memrowset import MemRowSet
 
@@ -51,3 +52,31 @@ def test_lookup_finds_the_newest_version_after_many_appends(
     hit = [p for p in got.tolist() if p >= 0]
     assert table.column("n").take(pa.array(hit)).to_pylist() == [
         n for n in range(-50, 550) if newest.get(n, -1) >= 0]
+    # Queries in any order get the same answers (the index searches them in probe order).
+    shuffled = rng.permutation(np.arange(-50, 550))
+    query = _rows(schema, shuffled.tolist(), 0)
+    got = mrs.lookup(query, key_probe(query, schema))
+    assert got.tolist() == [newest.get(int(n), -1) for n in shuffled]
+
+
+def test_the_key_order_of_an_exact_key_index_is_the_order_a_flush_sorts_to() -> None:
+    """What a flush writes from the index's runs equals sorting the versions by key and ts:
+    keys repeated across appends (upserts) come out in apply order, and the versions the
+    flush drops (ended below the history mark) are left out in either case."""
+    rng = np.random.default_rng(11)
+    mrs = MemRowSet(EXACT)
+    for step in range(1, 200):
+        ns = rng.choice(1000, size=int(rng.integers(1, 60)), replace=False).tolist()
+        batch = _rows(EXACT, ns, step)
+        found = mrs.lookup(batch, key_probe(batch, EXACT))
+        mrs.end_versions(found[found >= 0], step)  # each write ends the key's older version
+        mrs.append(batch, key_probe(batch, EXACT), step)
+    order = mrs.key_order()
+    assert order is not None and sorted(order.tolist()) == list(range(len(mrs)))
+    view = mrs.view()
+    for mark in (0, 50, 150):
+        fast = prepare_versions(EXACT, view.table(), view.begin, view.end, mark, order)
+        sort = prepare_versions(EXACT, view.table(), view.begin, view.end, mark)
+        assert fast.equals(sort), mark
+        assert fast.num_rows < len(mrs) or mark == 0
+    assert MemRowSet(HASHED).key_order() is None
