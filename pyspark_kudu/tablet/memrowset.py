@@ -83,8 +83,11 @@ class _Runs:
         self.entries = 0
         self._keep_keys = keep_keys
 
-    def add(self, probe: Probe, start: int, keys: pa.Table) -> None:
-        order = np.argsort(probe, kind="stable")
+    def add(self, probe: Probe, start: int, keys: pa.Table, order: I64 | None = None) -> None:
+        """Index positions ``start ..`` with their probes; ``order``: ``probe``'s stable
+        argsort, if the caller has it."""
+        if order is None:
+            order = np.argsort(probe, kind="stable")
         self.runs.append(_Run(probe[order], order.astype(np.int64) + start, start,
                               keys.combine_chunks() if self._keep_keys else None))
         self.entries += len(probe)
@@ -99,14 +102,14 @@ class _Runs:
             self.runs[-1] = _Run(p[order], np.concatenate([a.positions, b.positions])[order],
                                  a.lo, keys_ab)
 
-    def newest(self, probe: Probe) -> tuple[I64, I64]:
+    def newest(self, probe: Probe, order: I64 | None = None) -> tuple[I64, I64]:
         """The highest position stored with each probe (``-1`` for none), and the index in
-        ``runs`` of the run it is in."""
+        ``runs`` of the run it is in. ``order``: ``probe``'s argsort, if the caller has it."""
         out = np.full(len(probe), -1, dtype=np.int64)
         run_of = np.full(len(probe), -1, dtype=np.int64)
         # Searched in probe order: neighbouring queries touch neighbouring parts of a run,
         # several times faster than random order on a run that does not fit the caches.
-        todo = np.argsort(probe)
+        todo = np.argsort(probe) if order is None else order
         for r in range(len(self.runs) - 1, -1, -1):
             if not len(todo):
                 break
@@ -163,11 +166,12 @@ class MemRowSet:
         keys = sum(int(r.keys.nbytes) for r in self._runs.runs if r.keys is not None)
         return self._nbytes + _INDEX_ENTRY_BYTES * self._runs.entries + keys
 
-    def lookup(self, keys: pa.Table | pa.RecordBatch, probe: Probe) -> I64:
+    def lookup(self, keys: pa.Table | pa.RecordBatch, probe: Probe,
+               order: I64 | None = None) -> I64:
         """Position of each key's newest version here, ``-1`` if the key has none.
         ``keys`` holds the key columns (others are ignored); ``probe`` is their
-        :func:`~.keys.key_probe`."""
-        pos, run_of = self._runs.newest(probe)
+        :func:`~.keys.key_probe`, ``order`` its stable argsort if the caller has it."""
+        pos, run_of = self._runs.newest(probe, order)
         if self._exact or not (pos >= 0).any():
             return pos
         q_idx = np.nonzero(pos >= 0)[0]
@@ -213,9 +217,11 @@ class MemRowSet:
         """Mark the versions at ``positions`` as replaced or deleted at ``ts``."""
         self._end[positions] = ts
 
-    def append(self, rows: pa.RecordBatch, probe: Probe, ts: int) -> None:
+    def append(self, rows: pa.RecordBatch, probe: Probe, ts: int,
+               order: I64 | None = None) -> None:
         """Append new versions (full schema columns, schema order, pairwise distinct keys)
-        written at ``ts``; ``probe`` is :func:`~.keys.key_probe` of ``rows``."""
+        written at ``ts``; ``probe`` is :func:`~.keys.key_probe` of ``rows``, ``order`` its
+        stable argsort if the caller has it."""
         k = rows.num_rows
         if k == 0:
             return
@@ -229,7 +235,7 @@ class MemRowSet:
         self._begin[self._n: need] = ts
         self._end[self._n: need] = LIVE
         self._runs.add(probe, self._n, pa.Table.from_batches([rows]).select(
-            list(self._schema.primary_key)))
+            list(self._schema.primary_key)), order)
         self._batches.append(rows)
         self._nbytes += rows.nbytes
         self._n = need
