@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
 
+from pyspark_kudu.spark import pinned
 from pyspark_kudu.spark.host.identity import ensure_instance, run_pinned
-from pyspark_kudu.spark.pinned import executor_hosts, pinned_rdd
+from pyspark_kudu.spark.pinned import executor_hosts, parse_block_manager_ids, pinned_rdd
 
 
 def test_pinned_rdd_has_one_partition_per_payload_with_its_locations(spark: SparkSession) -> None:
@@ -26,6 +28,25 @@ def test_local_mode_reports_the_driver_as_the_only_executor_host(spark: SparkSes
     hosts = executor_hosts(spark.sparkContext)
     assert len(hosts) == 1
     assert next(iter(hosts.values())) == ["driver"]
+    # The one-call path read it: the JVM's text of the ids parses.
+    status = spark.sparkContext._jsc.sc().env().blockManager().master().getMemoryStatus()
+    text = str(spark.sparkContext._jvm.scala.jdk.javaapi.CollectionConverters.asJava(
+        status.keySet()).toString())
+    assert parse_block_manager_ids(text) == [("driver", next(iter(hosts)))], text
+    # Text that does not parse: the ids are walked one by one, to the same answer.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pinned, "parse_block_manager_ids", lambda _text: None)
+        assert executor_hosts(spark.sparkContext) == hosts
+
+
+def test_block_manager_ids_parse_only_when_every_one_does() -> None:
+    text = ("[BlockManagerId(3, 127.0.0.4, 40213, None), BlockManagerId(driver, 127.0.0.1, "
+            "38001, None), BlockManagerId(12, host-7.example, 41000, Some(/dc1/rack2))]")
+    assert parse_block_manager_ids(text) == [
+        ("3", "127.0.0.4"), ("driver", "127.0.0.1"), ("12", "host-7.example")]
+    assert parse_block_manager_ids("[]") == []
+    # A shape this parser does not know (here: no port): the caller walks the ids instead.
+    assert parse_block_manager_ids("[BlockManagerId(3, 127.0.0.4)]") is None
 
 
 def test_virtual_tablet_servers_refuse_work_aimed_at_another_server(
