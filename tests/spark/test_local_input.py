@@ -105,3 +105,41 @@ def test_values_only_verify_schema_false_lets_in_become_what_spark_makes_of_them
         assert pa.Table.from_batches(got).to_pylist() == df.toArrow().to_pylist()
     if isinstance(rows[0][0], float) or rows[0][0] == 300:
         assert got is None, "a value Spark converts its own way was read in the driver"
+
+
+class _WithoutDataField:
+    """A ``ParallelCollectionRDD`` as another Spark's might look: its class has no ``data``
+    field (every other call goes to the real JVM object)."""
+
+    def __init__(self, rdd: object) -> None:
+        self._rdd = rdd
+
+    def getClass(self) -> object:
+        return self._rdd.getClass().getSuperclass()  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._rdd, name)
+
+
+def test_the_collection_is_streamed_whole_or_partition_by_partition_alike(
+        spark: SparkSession) -> None:
+    from pyspark_kudu.spark.api import local_input
+
+    sc = spark.sparkContext
+    rdd = sc.parallelize([(i, str(i)) for i in range(1000)], 7)._jrdd.rdd()
+    assert rdd.getClass().getSimpleName() == "ParallelCollectionRDD"
+
+    def records(iterators: list[object]) -> list[bytes]:
+        out = []
+        for it in iterators:
+            while it.hasNext():  # type: ignore[attr-defined]
+                out.append(bytes(it.next()))  # type: ignore[attr-defined]
+        return out
+
+    whole = local_input._collection_iterators(rdd)
+    assert len(whole) == 1  # the collection itself: one socket for any number of slices
+    parts = local_input._collection_iterators(_WithoutDataField(rdd))
+    assert len(parts) == 7
+    got = records(whole)
+    assert got and got == records(parts)
+    assert got == [bytes(b) for p in rdd.collectPartitions() for b in p]  # type: ignore

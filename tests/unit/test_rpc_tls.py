@@ -398,6 +398,8 @@ def test_tablet_server_wire(
 
     (data, info), wire = through_proxy(server.port, work)
     assert data == BLOB and info["pid"] > 0
+    # Raw file streams are not encrypted: a TLS server runs none (copies stay on Flight).
+    assert (info["stream_address"] == "") == use_tls
     if use_tls:
         assert_opaque(wire, [SECRET, BLOB[:40], b"rounds_served"], tokens)
     else:

@@ -11,10 +11,10 @@ Two kinds of DataFrame hold their rows in the driver already:
   whose partitions hold the pickled rows *in the driver JVM*, PySpark's identity re-serializing
   map (a ``PythonRDD``) and three JVM maps that unpickle them into rows of the schema
   (``applySchemaToPythonRDD``). Collecting it would run a job whose every task starts a Python
-  worker; instead the pickled batches are streamed from the partitions over a local socket
-  (as PySpark's own ``collect()`` streams results), unpickled here, and their values, in
-  Spark's internal form (dates as days, timestamps as microseconds, as the JVM receives
-  them), go straight into Arrow arrays. Only that exact lineage qualifies: the
+  worker; instead the pickled batches are streamed from the driver JVM's collection over one
+  local socket (as PySpark's own ``collect()`` streams results), unpickled here, and their
+  values, in Spark's internal form (dates as days, timestamps as microseconds, as the JVM
+  receives them), go straight into Arrow arrays. Only that exact lineage qualifies: the
   ``PythonRDD``'s function must be PySpark's own identity map (a user's ``rdd.map(f)``
   pipelines ``f`` into it, and ``f`` is never run in the driver), values must have the
   internal types schema verification guarantees (``verifySchema=False`` can let others in:
@@ -139,15 +139,14 @@ def _parallelized_batches(df: DataFrame, plan: Any, max_bytes: int, schema: pa.S
     if deserializer is None:
         return None
     framed = io.BytesIO()
-    budget = max_bytes
     jvm = df.sparkSession.sparkContext._jvm
     assert jvm is not None
-    for part in source.partitions():
-        # Streamed over a local socket as PySpark's own collect() streams results: fetching
-        # each pickled record through Py4J would convert it byte by byte (~1 us per byte).
-        sock_info = jvm.org.apache.spark.api.python.PythonRDD.serveIterator(
-            part.iterator(), "pyspark-kudu driver-side rows")
-        budget = _read_frames(sock_info, framed, budget)
+    # Streamed over a local socket as PySpark's own collect() streams results: fetching each
+    # pickled record through Py4J would convert it byte by byte (~1 us per byte).
+    budget = max_bytes
+    for records in _collection_iterators(source):
+        budget = _read_frames(jvm.org.apache.spark.api.python.PythonRDD.serveIterator(
+            records, "pyspark-kudu driver-side rows"), framed, budget)
         if budget < 0:
             return None
     framed.seek(0)
@@ -179,6 +178,20 @@ def _parallelized_batches(df: DataFrame, plan: Any, max_bytes: int, schema: pa.S
         return None
     batches: list[pa.RecordBatch] = pa.Table.from_arrays(arrays, schema=schema).to_batches()
     return batches
+
+
+def _collection_iterators(source: Any) -> list[Any]:
+    """JVM iterators over every record of a ``ParallelCollectionRDD``, in partition order:
+    one over its whole collection (the private ``data`` field its slices are cut from, read
+    by reflection: 4 Py4J calls and then one local socket), or else, where the field is not
+    there, one per partition (a socket each)."""
+    try:
+        field = source.getClass().getDeclaredField("data")
+        field.setAccessible(True)
+        return [field.get(source).iterator()]
+    except Py4JError:  # another Spark's field layout
+        _log.debug("no data field in %s", source.getClass().getName(), exc_info=True)
+        return [part.iterator() for part in source.partitions()]
 
 
 def _read_frames(sock_info: Any, out: io.BytesIO, budget: int) -> int:

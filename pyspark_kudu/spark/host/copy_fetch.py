@@ -14,14 +14,16 @@ resident tablet server's job). No Spark shuffle, no driver, no Python -> JVM -> 
    the round carries (an entry of a few hundred bytes instead of the part bytes).
 2. **Target** (``INSTALL_COPY``, before the replica lock is taken,
    :func:`fetch_served_copies`): the pinned task (or the target host's resident server
-   serving the round) pulls every file with ``DoGet`` file streams
-   (:func:`~pyspark_kudu.spark.host.tserver_client.fetch_file_buffers`) from the source's
-   server into ``<tablet>/copy-in/<copy id>/``: streamed to disk (a few 4 MiB batches in
-   memory per stream), each file in segments of ``SEGMENT_BYTES`` (32 MiB) fetched as
-   separate streams written in place, every segment's size and CRC32C checked against the
-   manifest, each file fsynced once when complete. The segments of every file of every copy
-   the task installs are fetched concurrently, at
-   most ``PYSPARK_KUDU_COPY_STREAMS`` (default 4) streams at a time, together at most
+   serving the round) pulls every file from the source's server into
+   ``<tablet>/copy-in/<copy id>/``: over the server's raw file streams
+   (:mod:`~pyspark_kudu.spark.host.file_stream`: ``sendfile`` at the source, one reused
+   4 MiB buffer per stream at the target), or, where the source has none (TLS), over
+   Flight ``DoGet`` (:func:`~pyspark_kudu.spark.host.tserver_client.fetch_file_buffers`, a
+   few 4 MiB batches in memory per stream); each file in segments of ``SEGMENT_BYTES``
+   (32 MiB) fetched as separate streams written in place, every segment's size and CRC32C
+   checked against the manifest, each file fsynced once when complete. The segments of
+   every file of every copy the task installs are fetched concurrently, at most
+   ``PYSPARK_KUDU_COPY_STREAMS`` (default 4) streams at a time, together at most
    ``PYSPARK_KUDU_COPY_MAX_MB_S`` MB/s per process (default 0: no cap) -- both read from
    the environment of the process serving the round (``spark.executorEnv.*``). When every
    file is in, a ``fetched`` marker is written; only then may the install (replica lock held,
@@ -47,9 +49,10 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import google_crc32c
 
@@ -63,6 +66,7 @@ from pyspark_kudu.errors import (
 )
 from pyspark_kudu.fileio import FileIO, make_private_dirs, open_private
 from pyspark_kudu.rpc.auth import secret_from_env
+from pyspark_kudu.spark.host.file_stream import STREAM_ADDRESS_ENV, fetch_range
 from pyspark_kudu.spark.host.tserver_protocol import ADDRESS_ENV, FileRequest
 from pyspark_kudu.tablet.copy import TabletCopySource
 
@@ -94,6 +98,7 @@ SEGMENT_BYTES = 32 << 20
 _STALE_S = 3600.0  # a copy-out older than this was abandoned (its driver died before DROP)
 # A stream slower than this (plus a minute) is considered hung: the round must end.
 _MIN_STREAM_BYTES_PER_S = 5e6
+_STALL_S = 60.0  # a file stream that moved no byte for this long is hung
 
 
 @dataclass(frozen=True)
@@ -119,6 +124,9 @@ class ServedCopy:
     tablet_id: str
     copy_id: str
     files: tuple[ServedFile, ...]
+    #: The source's file stream server (:mod:`~pyspark_kudu.spark.host.file_stream`), which
+    #: the target fetches from; "" (TLS, or a source without one): Flight at ``address``.
+    stream: str = ""
 
     @property
     def total_bytes(self) -> int:
@@ -132,17 +140,18 @@ class ServedCopy:
     def encode(self) -> bytes:
         return SERVED_MAGIC + json.dumps(
             [self.address, self.ts_uuid, self.root, self.tablet_id, self.copy_id,
-             [[f.name, f.size, list(f.crcs)] for f in self.files]]).encode()
+             [[f.name, f.size, list(f.crcs)] for f in self.files], self.stream]).encode()
 
     @staticmethod
     def decode(data: bytes) -> ServedCopy | None:
         """The manifest in an entry's data, or None if it is not one."""
         if not data.startswith(SERVED_MAGIC):
             return None
-        address, ts, root, tablet, copy_id, files = json.loads(data[len(SERVED_MAGIC):])
+        address, ts, root, tablet, copy_id, files, *rest = json.loads(
+            data[len(SERVED_MAGIC):])
         return ServedCopy(str(address), str(ts), str(root), str(tablet), str(copy_id),
                           tuple(ServedFile(str(n), int(s), tuple(int(c) for c in cs))
-                                for n, s, cs in files))
+                                for n, s, cs in files), str(rest[0]) if rest else "")
 
 
 def served_source() -> tuple[str, bytes] | None:
@@ -185,7 +194,8 @@ def stage_served(io: FileIO, src: TabletCopySource, tablet_id: str, copy_id: str
             raise IllegalStateError(f"tablet {tablet_id}: pinned file {name} changed size "
                                     f"while being copied; retry the copy")
         files.append(ServedFile(name, size, _crcs_of(dest)))
-    return ServedCopy(address, ts_uuid, root, tablet_id, copy_id, tuple(files))
+    return ServedCopy(address, ts_uuid, root, tablet_id, copy_id, tuple(files),
+                      os.environ.get(STREAM_ADDRESS_ENV, ""))
 
 
 def _sweep_stale(io: FileIO) -> None:
@@ -345,6 +355,25 @@ def _fsync(path: str) -> None:
         os.close(fd)
 
 
+def _fetch_flight(copy: ServedCopy, req: FileRequest, secret: bytes, rate: float,
+                  put: Callable[[Any], bool]) -> None:
+    """A segment over Flight (a source without a file stream server, e.g. with TLS)."""
+    from pyspark_kudu.spark.host.tserver_client import fetch_file_buffers
+
+    length = req.length or 0
+    timeout = _STALL_S + length / (rate if 0 < rate < _MIN_STREAM_BYTES_PER_S
+                                   else _MIN_STREAM_BYTES_PER_S)
+    stream = fetch_file_buffers(copy.address, secret, req, timeout_s=timeout)
+    try:
+        for buf in stream:
+            if not put(buf):
+                break
+    finally:
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()  # ends the stream (and its connection) now, not at collection
+
+
 def _as_kudu(e: BaseException, copy: ServedCopy, f: ServedFile | None) -> KuduError:
     if isinstance(e, KuduError):
         return e
@@ -356,30 +385,30 @@ def _as_kudu(e: BaseException, copy: ServedCopy, f: ServedFile | None) -> KuduEr
 
 def _fetch_segment(copy: ServedCopy, f: ServedFile, path: str, seg: tuple[int, int, int],
                    secret: bytes, rate: float) -> None:
-    from pyspark_kudu.spark.host.tserver_client import fetch_file_buffers
-
     offset, length, want = seg
     req = FileRequest(copy.ts_uuid, copy.tablet_id, copy.source_path(f), offset, length,
                       copy.root)
-    timeout = 60.0 + length / (rate if 0 < rate < _MIN_STREAM_BYTES_PER_S
-                               else _MIN_STREAM_BYTES_PER_S)
     crc = n = 0
     fd = os.open(path, os.O_WRONLY)
+
+    def put(buf: Any) -> bool:
+        """Write the next chunk in place; False once the stream ran past the segment."""
+        nonlocal crc, n
+        if n + buf.size > length:
+            n += buf.size
+            return False
+        _CAP.take(buf.size, rate)
+        os.pwrite(fd, buf, offset + n)
+        crc = google_crc32c.extend(crc, buf)
+        n += buf.size
+        return True
+
     try:
-        stream = fetch_file_buffers(copy.address, secret, req, timeout_s=timeout)
-        try:
-            for buf in stream:
-                if n + buf.size > length:
-                    n += buf.size
-                    break
-                _CAP.take(buf.size, rate)
-                os.pwrite(fd, buf, offset + n)
-                crc = google_crc32c.extend(crc, buf)
-                n += buf.size
-        finally:
-            close = getattr(stream, "close", None)
-            if close is not None:
-                close()  # ends the stream (and its connection) now, not at collection
+        if copy.stream:  # the source's file stream server: sendfile, no gRPC
+            fetch_range(copy.stream, secret, req, lambda buf, _at: put(buf),
+                        timeout_s=_STALL_S)
+        else:
+            _fetch_flight(copy, req, secret, rate, put)
     finally:
         os.close(fd)
     if n != length or crc != want:

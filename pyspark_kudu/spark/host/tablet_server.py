@@ -71,6 +71,7 @@ import pyarrow as pa
 from pyspark_kudu.errors import InvalidArgumentError, KuduError, NotFoundError
 from pyspark_kudu.rpc.tls import TlsConfig, location, server_kwargs, tls_from_env
 from pyspark_kudu.spark.host.background_apply import BackgroundApplier
+from pyspark_kudu.spark.host.file_stream import STREAM_ADDRESS_ENV, FileStreamServer
 from pyspark_kudu.spark.host.identity import current_host, local_data_root, verify_instance
 from pyspark_kudu.spark.host.maintenance_manager import MaintenanceManager
 from pyspark_kudu.spark.host.replica_cache import memory_report
@@ -225,13 +226,24 @@ _file_stats = {"files_served": 0, "file_bytes_served": 0, "staged_served": 0,
 _stats_lock = threading.Lock()
 
 
-def _file(req: FileRequest) -> Iterator[pa.RecordBatch]:
+def _file_path(req: FileRequest) -> str:
+    """The local path of ``req``'s file (counted as a file served), or ``NotFoundError``."""
     root = _root_for(req.ts_uuid, req.root, req.data_root_conf)
     path = os.path.join(root, "tablets", req.tablet_id, req.path)
     if not os.path.isfile(path):
         raise NotFoundError(f"tablet {req.tablet_id} has no file {req.path!r} under {root}")
     with _stats_lock:
         _file_stats["files_served"] += 1
+    return path
+
+
+def _count_file_bytes(n: int) -> None:
+    with _stats_lock:
+        _file_stats["file_bytes_served"] += n
+
+
+def _file(req: FileRequest) -> Iterator[pa.RecordBatch]:
+    path = _file_path(req)
     # Read into Arrow buffers and wrapped without a copy: a tablet copy streams gigabytes.
     with pa.OSFile(path, "rb") as f:
         f.seek(req.offset)
@@ -243,8 +255,7 @@ def _file(req: FileRequest) -> Iterator[pa.RecordBatch]:
                 break
             if left is not None:
                 left -= chunk.size
-            with _stats_lock:
-                _file_stats["file_bytes_served"] += chunk.size
+            _count_file_bytes(chunk.size)
             yield _chunk_batch(chunk)
 
 
@@ -293,6 +304,19 @@ def _make_server(host: str, secret: bytes, tls: TlsConfig | None = None) -> Any:
             self.served = 0
             self.rounds_served = 0
             self._lock = threading.Lock()
+            # Tablet copies' file ranges, at disk speed; with TLS they stay on Flight.
+            self.streams = None if tls is not None else FileStreamServer(
+                host, secret, _file_path, _count_file_bytes)
+
+        @property
+        def stream_address(self) -> str:
+            """The file stream server's ``host:port`` ("" with TLS: none runs)."""
+            return "" if self.streams is None else self.streams.address
+
+        def shutdown(self) -> None:
+            if self.streams is not None:
+                self.streams.shutdown()
+            super().shutdown()
 
         def do_get(self, context: Any, ticket: fl.Ticket) -> fl.FlightDataStream:
             try:
@@ -329,7 +353,8 @@ def _make_server(host: str, secret: bytes, tls: TlsConfig | None = None) -> Any:
             if action.type != "ping":
                 raise _flight_error(InvalidArgumentError(
                     f"unknown tablet server action {action.type!r}"))
-            body = {"address": f"{host}:{self.port}", "host": current_host(),
+            body = {"address": f"{host}:{self.port}", "stream_address": self.stream_address,
+                    "host": current_host(),
                     "data_root": local_data_root(), "served": self.served,
                     "rounds_served": self.rounds_served, "pid": os.getpid(), **_file_stats,
                     "memory": memory_report(),
@@ -358,8 +383,9 @@ def serve(host: str, secret: bytes, on_started: Any = None,
     address = f"{host}:{server.port}"
     # Rounds served here stage tablet copies for other hosts to fetch from this server.
     os.environ[ADDRESS_ENV] = address
+    _export_stream_address(server.stream_address)
     if on_started is not None:
-        on_started(address)
+        on_started(f"{address} {server.stream_address}".strip())
     parent = os.getppid()
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -371,6 +397,13 @@ def serve(host: str, secret: bytes, on_started: Any = None,
         maintenance.stop()
     server.shutdown()
     applier.stop()
+
+
+def _export_stream_address(address: str) -> None:
+    if address:
+        os.environ[STREAM_ADDRESS_ENV] = address
+    else:
+        os.environ.pop(STREAM_ADDRESS_ENV, None)
 
 
 def _die_with_parent() -> None:
@@ -424,12 +457,13 @@ def start_resident(env: Mapping[str, str] = os.environ) -> str | None:
         finally:
             os._exit(code)
     os.close(w)
-    address = _read_line(r, _START_TIMEOUT_S)
+    address, _, streams = _read_line(r, _START_TIMEOUT_S).partition(" ")
     os.close(r)
     if not address:
         print("pyspark-kudu: this host's tablet server did not start", file=sys.stderr)
         return None
     os.environ[ADDRESS_ENV] = address
+    _export_stream_address(streams)
     return address
 
 

@@ -21,6 +21,7 @@ from pyspark_kudu.schema import ColumnSchema, Schema
 from pyspark_kudu.spark.host import tserver_client
 from pyspark_kudu.spark.host.copy_fetch import COPY_IN_DIR, COPY_OUT_DIR, TAIL, ServedCopy
 from pyspark_kudu.spark.host.dataplane import refs_in
+from pyspark_kudu.spark.host.file_stream import STREAM_ADDRESS_ENV
 from pyspark_kudu.spark.host.handlers import (
     FAILED_FILE,
     PeerRequest,
@@ -91,12 +92,18 @@ class _Recording:
         return self.inner.unreachable()
 
 
-@pytest.fixture
-def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """A resident tablet server; this process acts as every host's task and knows it."""
+@pytest.fixture(params=["streams", "flight"])
+def server(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A resident tablet server; this process acts as every host's task and knows it. Its
+    copies travel over its raw file streams, or over Flight (a server without them: TLS)."""
     srv = _make_server("127.0.0.1", SECRET.encode())
     monkeypatch.setenv(SECRET_ENV, SECRET)
     monkeypatch.setenv(ADDRESS_ENV, f"127.0.0.1:{srv.port}")
+    if request.param == "streams":
+        assert srv.stream_address.startswith("127.0.0.1:")
+        monkeypatch.setenv(STREAM_ADDRESS_ENV, srv.stream_address)
+    else:
+        monkeypatch.delenv(STREAM_ADDRESS_ENV, raising=False)
     try:
         yield srv
     finally:
@@ -137,6 +144,8 @@ def test_a_new_replica_fetches_its_copy_from_the_sources_server_without_a_shuffl
     copy = served_copy(installs[0].entries)
     assert copy is not None and any(f.name != TAIL for f in copy.files), \
         "the install must carry a served copy with the source's rowset files"
+    assert copy.stream == os.environ.get(STREAM_ADDRESS_ENV, ""), \
+        "the copy must name the source's file stream server, if it has one"
     assert not any(refs_in(r.messages, r.entries) for r in transport.requests), \
         "no request may carry a staged ref (a shuffle would have carried its bytes)"
     assert _stats(server)["file_bytes_served"] - before == copy.total_bytes
@@ -201,9 +210,11 @@ def test_a_copy_whose_source_server_is_gone_falls_back_to_the_shuffle(
     roots = transport.inner.roots
     # The source advertises a server that is no longer there (its executor restarted).
     gone = _make_server("127.0.0.1", SECRET.encode())
-    port = gone.port
+    port, streams = gone.port, gone.stream_address
     gone.shutdown()
     monkeypatch.setenv(ADDRESS_ENV, f"127.0.0.1:{port}")
+    if os.environ.get(STREAM_ADDRESS_ENV):
+        monkeypatch.setenv(STREAM_ADDRESS_ENV, streams)
 
     lead.add_replica("ts-d")
     lead.heartbeat()

@@ -296,7 +296,8 @@ _DAEMON = textwrap.dedent("""
     import os, sys, time
     from pyspark_kudu.spark.host.tablet_server import start_resident
     address = start_resident()
-    print(address, os.environ.get("PYSPARK_KUDU_TSERVER_ADDRESS"), flush=True)
+    print(address, os.environ.get("PYSPARK_KUDU_TSERVER_ADDRESS"),
+          os.environ.get("PYSPARK_KUDU_TSERVER_STREAM_ADDRESS"), flush=True)
     sys.stdin.read()  # like pyspark's daemon: lives until the executor closes stdin
 """)
 
@@ -319,10 +320,13 @@ def _alive(address: str) -> bool:
 @pytest.mark.parametrize("how", ["stdin closed", "SIGKILL"])
 def test_the_resident_server_lives_exactly_as_long_as_its_daemon(how: str) -> None:
     env = dict(os.environ, PYSPARK_KUDU_SECRET=SECRET.decode(), SPARK_LOCAL_IP="127.0.0.1")
-    proc, (address, exported) = _start_daemon(env)
+    proc, (address, exported, streams) = _start_daemon(env)
     try:
         assert address == exported, "workers forked by the daemon must see the address"
-        assert tserver_client.ping(address, SECRET)["address"] == address
+        pong = tserver_client.ping(address, SECRET)
+        assert pong["address"] == address
+        assert streams == pong["stream_address"] != "", \
+            "workers must see the server's file stream address too"
         if how == "SIGKILL":
             proc.send_signal(signal.SIGKILL)
         else:
@@ -339,7 +343,7 @@ def test_without_a_credential_the_daemon_starts_no_server() -> None:
     env = {k: v for k, v in os.environ.items() if k != "PYSPARK_KUDU_SECRET"}
     proc, words = _start_daemon(env)
     try:
-        assert words == ["None", "None"]
+        assert words == ["None", "None", "None"]
     finally:
         proc.kill()
         proc.wait(timeout=30)
