@@ -12,8 +12,14 @@ from pyspark_kudu.spark.host.identity import ensure_instance, run_pinned
 from pyspark_kudu.spark.pinned import executor_hosts, parse_block_manager_ids, pinned_rdd
 
 
-def test_pinned_rdd_has_one_partition_per_payload_with_its_locations(spark: SparkSession) -> None:
+@pytest.mark.parametrize("auto_convert", [True, False], ids=["lists-converted", "lists-built"])
+def test_pinned_rdd_has_one_partition_per_payload_with_its_locations(
+        spark: SparkSession, monkeypatch: pytest.MonkeyPatch, auto_convert: bool) -> None:
     sc = spark.sparkContext
+    names = pinned._JvmNames(sc)
+    assert names.auto_convert, "PySpark's gateway converts Python lists"
+    names.auto_convert = auto_convert  # a gateway that does not: lists built call by call
+    monkeypatch.setattr(pinned, "_jvm_names", lambda sc: names)
     rdd = pinned_rdd(sc, [({"n": 1}, ["ts-a"]), ({"n": 2}, ["ts-b", "ts-c"])])
     assert rdd.getNumPartitions() == 2
     jrdd = rdd._jrdd.rdd()

@@ -145,7 +145,7 @@ def _parallelized_batches(df: DataFrame, plan: Any, max_bytes: int, schema: pa.S
     # pickled record through Py4J would convert it byte by byte (~1 us per byte).
     budget = max_bytes
     for records in _collection_iterators(source):
-        budget = _read_frames(jvm.org.apache.spark.api.python.PythonRDD.serveIterator(
+        budget = _read_frames(jvm.PythonRDD.serveIterator(  # (imported by PySpark)
             records, "pyspark-kudu driver-side rows"), framed, budget)
         if budget < 0:
             return None

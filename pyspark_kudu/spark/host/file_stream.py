@@ -3,8 +3,8 @@
 A tablet copy (:mod:`~pyspark_kudu.spark.host.copy_fetch`) moves hundreds of megabytes from
 the source host's server to the target. Over Arrow Flight every byte also crosses gRPC's
 framing and buffers: on the 2-core test machine one stream moved 120-280 MB/s and three at
-once 310-540 MB/s, against 470-550 MB/s and 1.1-1.6 GB/s here (``/work/probes/p_stream.py``,
-67 MB per stream, unsynced). Here the source's server hands the file range to the kernel
+once 310-540 MB/s, against 470-550 MB/s and 1.1-1.6 GB/s here (a probe of 67 MB per stream
+between two processes, unsynced). Here the source's server hands the file range to the kernel
 (``sendfile``: page cache to socket, no byte through Python) and the target receives it into
 one reused buffer that it writes in place.
 

@@ -11,6 +11,17 @@ tablets). Writes
 that arrive while a round runs ride the next one: the same shape as the WAL's group commit,
 one level up.
 
+**Lingering.** Writers that share rounds come back together: when a round ends, each of its
+writers prepares its next write (reads its DataFrame, routes and encodes it in this driver)
+while the one write that queued during the round is already there. Taking the queue at once
+would run that write alone and the others in the round after: rounds of 1 and 15 writes
+alternating for 16 writers (measured on the 6-worker cluster, ``benchmarks/replication.py``).
+So the round thread counts the *writers* (threads) of the last round and of the writes
+queued behind it, and before the next round waits, at most ``linger_s``
+(:data:`DEFAULT_LINGER_S`), until that many writers have queued again. A lone writer never
+waits (one writer was expected and it is there), and after a round that found fewer writers
+the expectation drops to what came.
+
 A write's future resolves to its batches' ``(index, term)`` once committed on a majority, or
 to the error that stopped its tablet (the other tablets of the round are unaffected).
 Before futures resolve, each leader releases the entries of the finished writes from its
@@ -26,6 +37,7 @@ touches the leaders (they are not thread-safe themselves).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -42,8 +54,8 @@ from pyspark_kudu.spark.replication.peer_transport import PeerTransport
 from pyspark_kudu.spark.replication.tablet_leader import TabletLeader
 from pyspark_kudu.tablet import WriteResult
 
-__all__ = ["DEFAULT_SETTLE_DELAY_S", "ReplicationService", "WriteOutcome", "WriteProgress",
-           "WriteSummary"]
+__all__ = ["DEFAULT_LINGER_S", "DEFAULT_SETTLE_DELAY_S", "ReplicationService", "WriteOutcome",
+           "WriteProgress", "WriteSummary"]
 
 
 WriteOutcome = list[tuple[int, int, WriteResult | None]]
@@ -55,6 +67,12 @@ DEFAULT_SETTLE_DELAY_S = 2.0
 arrives while that round runs waits for it, so it is not short: with 0.5 s, writes one
 second apart each waited for one (``benchmarks/replication.py``). Scans do not need it
 (they apply what they know is committed, ``replica_apply.catch_up``)."""
+
+
+DEFAULT_LINGER_S = 0.1
+"""The longest a round waits for writers expected back (module docstring): well under a
+round (~0.2-0.3 s on the test cluster), so waiting for the others costs less than the round
+they would otherwise need."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +100,7 @@ class _Write:
     batches: tuple[bytes, ...]
     want_results: bool
     future: Future[WriteOutcome] = field(default_factory=Future)
+    writer: int = field(default_factory=threading.get_ident)  # the submitting thread
 
 
 @dataclass
@@ -94,9 +113,13 @@ class ReplicationService:
     """Runs rounds for queued writes on a background thread until :meth:`close`."""
 
     def __init__(self, transport: PeerTransport,
-                 settle_delay_s: float = DEFAULT_SETTLE_DELAY_S) -> None:
+                 settle_delay_s: float = DEFAULT_SETTLE_DELAY_S,
+                 linger_s: float = DEFAULT_LINGER_S) -> None:
         self._transport = transport
         self.settle_delay_s = settle_delay_s
+        self.linger_s = linger_s
+        self._expected = 0  # writers the next round waits for (module docstring)
+        self.lingered = 0  # rounds that waited for expected writers
         self._queue: list[_Write] = []
         self._calls: list[_Call] = []
         self._cv = threading.Condition()
@@ -172,6 +195,9 @@ class ReplicationService:
                     if not self._queue and self._closed:
                         batch = None
                     else:
+                        self._linger()
+                        if self._calls:
+                            continue
                         batch, self._queue = self._queue, []
             if batch is None and self._closed:
                 if unsettled:  # closing: replicas must still learn what committed
@@ -184,6 +210,23 @@ class ReplicationService:
                 continue
             self._run(batch)
             unsettled |= {w.leader for w in batch}
+            with self._cv:
+                self._expected = len({w.writer for w in batch} |
+                                     {w.writer for w in self._queue})
+
+    def _linger(self) -> None:
+        """With the lock held and writes queued: wait, at most ``linger_s``, until as many
+        writers queued as the last round had with those queued behind it."""
+        if self.linger_s <= 0 or len({w.writer for w in self._queue}) >= self._expected:
+            return
+        self.lingered += 1
+        deadline = time.monotonic() + self.linger_s
+        while (len({w.writer for w in self._queue}) < self._expected and not self._closed
+               and not self._calls):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._cv.wait(left)
 
     def _settle(self, leaders: set[TabletLeader]) -> None:
         """After ``settle_delay_s`` without writes: one commit-only round, so that replicas

@@ -123,3 +123,45 @@ def test_the_driver_keeps_only_the_log_tail_and_a_replica_back_later_still_catch
     lead.heartbeat()
     kept = lead.node.log.last_index() - lead.node.log.first_index() + 1
     assert kept < 150, f"the driver still mirrors {kept} entries"
+
+
+def test_writers_that_shared_a_round_share_the_next_and_a_lone_writer_never_waits(
+    transport: DirectTransport,
+) -> None:
+    """Writers back from a round are waited for (at most ``linger_s``), so rounds carry all
+    of them instead of alternating between the one that queued during the round and the
+    rest; a lone writer's rounds never wait."""
+    (lead,) = _leaders(transport, 1)
+    writers, per_writer = 8, 6
+    # A linger far longer than any wait here: if the rule is wrong, rounds carry fewer
+    # writers (counted below), never just slower ones.
+    with ReplicationService(transport, linger_s=5.0) as svc:
+        for i in range(5):
+            svc.submit(lead, [f"lone-{i}".encode()]).result(timeout=60)
+        assert svc.rounds == 5 and svc.lingered == 0, "a lone writer must never wait"
+
+        sizes: list[int] = []
+        run = svc._run
+
+        def counted(batch: list) -> None:  # type: ignore[type-arg]
+            sizes.append(len(batch))
+            run(batch)
+
+        svc._run = counted  # type: ignore[method-assign]
+        start = threading.Barrier(writers)
+
+        def write(w: int) -> None:
+            start.wait()
+            for i in range(per_writer):
+                svc.submit(lead, [f"{w}-{i}".encode()]).result(timeout=60)
+
+        threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    assert sum(sizes) == writers * per_writer
+    # The first rounds learn how many writers there are; from then on each carries all.
+    full = [n for n in sizes if n == writers]
+    assert len(full) >= per_writer - 2, f"rounds did not carry every writer: {sizes}"
+    assert len(sizes) <= per_writer + 3, f"writers did not share rounds: {sizes}"
