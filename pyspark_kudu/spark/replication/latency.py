@@ -40,6 +40,7 @@ from pyspark import SparkContext
 
 __all__ = [
     "DEFAULT_WINDOW",
+    "MAX_HARVEST",
     "MAX_PENDING",
     "PENDING_S",
     "RoundTrip",
@@ -54,6 +55,11 @@ _log = logging.getLogger(__name__)
 DEFAULT_WINDOW = 32
 #: Rounds waiting for Spark's task timings at most (the oldest are dropped beyond).
 MAX_PENDING = 256
+#: Rounds read per :meth:`RoundTrips.estimates` (the newest; older unread ones are dropped).
+#: Each read is ~20 Py4J calls into the status store; with 16 writers the driver ran a dozen
+#: rounds a second, and reading them all competed with the writers for the GIL and the JVM.
+#: A few rounds per heartbeat keep the estimates (a minimum over a window) fresh.
+MAX_HARVEST = 4
 #: Seconds a round waits for its task timings to reach the status store before it is dropped.
 PENDING_S = 60.0
 
@@ -128,6 +134,7 @@ class RoundTrips:
             return
         with self._lock:
             pending, self._pending = list(self._pending), deque(maxlen=MAX_PENDING)
+        pending = pending[-MAX_HARVEST:]
         keep = []
         now = self._clock()
         for p in pending:

@@ -17,10 +17,12 @@ while the one write that queued during the round is already there. Taking the qu
 would run that write alone and the others in the round after: rounds of 1 and 15 writes
 alternating for 16 writers (measured on the 6-worker cluster, ``benchmarks/replication.py``).
 So the round thread counts the *writers* (threads) of the last round and of the writes
-queued behind it, and before the next round waits, at most ``linger_s``
-(:data:`DEFAULT_LINGER_S`), until that many writers have queued again. A lone writer never
-waits (one writer was expected and it is there), and after a round that found fewer writers
-the expectation drops to what came.
+queued behind it, and before the next round waits until that many writers have queued
+again: while they keep arriving (no gap of ``linger_idle_s``, :data:`DEFAULT_LINGER_IDLE_S`),
+at most ``linger_s`` (:data:`DEFAULT_LINGER_S`). Their driver-side work is serialised by the
+GIL: 16 writers came back over 0.2-0.3 s, 15-20 ms apart. A lone writer never waits (one
+writer was expected and it is there), and after a round that found fewer writers the
+expectation drops to what came.
 
 A write's future resolves to its batches' ``(index, term)`` once committed on a majority, or
 to the error that stopped its tablet (the other tablets of the round are unaffected).
@@ -54,8 +56,8 @@ from pyspark_kudu.spark.replication.peer_transport import PeerTransport
 from pyspark_kudu.spark.replication.tablet_leader import TabletLeader
 from pyspark_kudu.tablet import WriteResult
 
-__all__ = ["DEFAULT_LINGER_S", "DEFAULT_SETTLE_DELAY_S", "ReplicationService", "WriteOutcome",
-           "WriteProgress", "WriteSummary"]
+__all__ = ["DEFAULT_LINGER_IDLE_S", "DEFAULT_LINGER_S", "DEFAULT_SETTLE_DELAY_S",
+           "ReplicationService", "WriteOutcome", "WriteProgress", "WriteSummary"]
 
 
 WriteOutcome = list[tuple[int, int, WriteResult | None]]
@@ -69,10 +71,13 @@ second apart each waited for one (``benchmarks/replication.py``). Scans do not n
 (they apply what they know is committed, ``replica_apply.catch_up``)."""
 
 
-DEFAULT_LINGER_S = 0.1
-"""The longest a round waits for writers expected back (module docstring): well under a
-round (~0.2-0.3 s on the test cluster), so waiting for the others costs less than the round
-they would otherwise need."""
+DEFAULT_LINGER_S = 0.5
+"""The longest a round waits for writers expected back (module docstring): about a round of
+many tablets on the test cluster (0.4-0.7 s), which those not waited for would need."""
+
+DEFAULT_LINGER_IDLE_S = 0.1
+"""A round stops waiting when no expected writer queued for this long (a writer that stopped
+writing costs the next round this much, once)."""
 
 
 @dataclass(frozen=True)
@@ -114,10 +119,12 @@ class ReplicationService:
 
     def __init__(self, transport: PeerTransport,
                  settle_delay_s: float = DEFAULT_SETTLE_DELAY_S,
-                 linger_s: float = DEFAULT_LINGER_S) -> None:
+                 linger_s: float = DEFAULT_LINGER_S,
+                 linger_idle_s: float = DEFAULT_LINGER_IDLE_S) -> None:
         self._transport = transport
         self.settle_delay_s = settle_delay_s
         self.linger_s = linger_s
+        self.linger_idle_s = linger_idle_s
         self._expected = 0  # writers the next round waits for (module docstring)
         self.lingered = 0  # rounds that waited for expected writers
         self._queue: list[_Write] = []
@@ -215,18 +222,23 @@ class ReplicationService:
                                      {w.writer for w in self._queue})
 
     def _linger(self) -> None:
-        """With the lock held and writes queued: wait, at most ``linger_s``, until as many
-        writers queued as the last round had with those queued behind it."""
-        if self.linger_s <= 0 or len({w.writer for w in self._queue}) >= self._expected:
+        """With the lock held and writes queued: wait until as many writers queued as the
+        last round had with those queued behind it, while they keep coming (module
+        docstring)."""
+        arrived = len({w.writer for w in self._queue})
+        if self.linger_s <= 0 or arrived >= self._expected:
             return
         self.lingered += 1
-        deadline = time.monotonic() + self.linger_s
-        while (len({w.writer for w in self._queue}) < self._expected and not self._closed
-               and not self._calls):
-            left = deadline - time.monotonic()
+        now = time.monotonic()
+        deadline, idle = now + self.linger_s, now + self.linger_idle_s
+        while arrived < self._expected and not self._closed and not self._calls:
+            left = min(deadline, idle) - time.monotonic()
             if left <= 0:
                 return
             self._cv.wait(left)
+            count = len({w.writer for w in self._queue})
+            if count > arrived:
+                arrived, idle = count, time.monotonic() + self.linger_idle_s
 
     def _settle(self, leaders: set[TabletLeader]) -> None:
         """After ``settle_delay_s`` without writes: one commit-only round, so that replicas

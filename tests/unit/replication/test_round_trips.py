@@ -9,6 +9,7 @@ import pytest
 
 from pyspark_kudu.spark.replication.latency import (
     DEFAULT_WINDOW,
+    MAX_HARVEST,
     PENDING_S,
     RoundTrip,
     RoundTrips,
@@ -74,6 +75,20 @@ def test_noted_rounds_become_samples_once_spark_recorded_their_tasks() -> None:
     reads = delays.reads
     assert rt.estimates() == {"h1": RoundTrip(4.0, 1), "h2": RoundTrip(9.0, 1)}
     assert delays.reads == reads  # a round is sampled once
+
+
+def test_a_heartbeat_reads_only_the_newest_rounds() -> None:
+    """Under many writers the driver runs many rounds a second: each estimate reads the
+    newest ``MAX_HARVEST`` of them (each read is ~20 Py4J calls), and forgets the rest."""
+    delays = RecordedDelays()
+    rt = RoundTrips(delays)
+    for k in range(3 * MAX_HARVEST):
+        delays.by_group[f"r{k}"] = {0: (k + 1) / 1000}
+        rt.note_round(f"r{k}", ["h"])
+    assert rt.estimates() == {"h": RoundTrip(2.0 * MAX_HARVEST + 1, MAX_HARVEST)}
+    assert delays.reads == MAX_HARVEST
+    assert rt.estimates() == {"h": RoundTrip(2.0 * MAX_HARVEST + 1, MAX_HARVEST)}
+    assert delays.reads == MAX_HARVEST, "the older rounds were dropped, not kept for later"
 
 
 def test_a_misplaced_task_or_one_spark_did_not_time_gives_no_sample() -> None:

@@ -135,7 +135,7 @@ def test_writers_that_shared_a_round_share_the_next_and_a_lone_writer_never_wait
     writers, per_writer = 8, 6
     # A linger far longer than any wait here: if the rule is wrong, rounds carry fewer
     # writers (counted below), never just slower ones.
-    with ReplicationService(transport, linger_s=5.0) as svc:
+    with ReplicationService(transport, linger_s=5.0, linger_idle_s=2.0) as svc:
         for i in range(5):
             svc.submit(lead, [f"lone-{i}".encode()]).result(timeout=60)
         assert svc.rounds == 5 and svc.lingered == 0, "a lone writer must never wait"
