@@ -355,15 +355,19 @@ def _fsync(path: str) -> None:
         os.close(fd)
 
 
+def _segment_timeout(length: int, rate: float) -> float:
+    """How long a segment's stream may take before it counts as hung."""
+    return _STALL_S + length / (rate if 0 < rate < _MIN_STREAM_BYTES_PER_S
+                                else _MIN_STREAM_BYTES_PER_S)
+
+
 def _fetch_flight(copy: ServedCopy, req: FileRequest, secret: bytes, rate: float,
                   put: Callable[[Any], bool]) -> None:
     """A segment over Flight (a source without a file stream server, e.g. with TLS)."""
     from pyspark_kudu.spark.host.tserver_client import fetch_file_buffers
 
-    length = req.length or 0
-    timeout = _STALL_S + length / (rate if 0 < rate < _MIN_STREAM_BYTES_PER_S
-                                   else _MIN_STREAM_BYTES_PER_S)
-    stream = fetch_file_buffers(copy.address, secret, req, timeout_s=timeout)
+    stream = fetch_file_buffers(copy.address, secret, req,
+                                timeout_s=_segment_timeout(req.length or 0, rate))
     try:
         for buf in stream:
             if not put(buf):
@@ -406,7 +410,7 @@ def _fetch_segment(copy: ServedCopy, f: ServedFile, path: str, seg: tuple[int, i
     try:
         if copy.stream:  # the source's file stream server: sendfile, no gRPC
             fetch_range(copy.stream, secret, req, lambda buf, _at: put(buf),
-                        timeout_s=_STALL_S)
+                        timeout_s=_STALL_S, total_s=_segment_timeout(length, rate))
         else:
             _fetch_flight(copy, req, secret, rate, put)
     finally:

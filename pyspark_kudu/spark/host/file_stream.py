@@ -42,6 +42,7 @@ import secrets
 import socket
 import struct
 import threading
+import time
 from collections.abc import Callable
 from typing import BinaryIO
 
@@ -188,7 +189,7 @@ class FileStreamServer:
 
 def fetch_range(address: str, secret: bytes, req: FileRequest,
                 write: Callable[[pa.Buffer, int], object], *,
-                timeout_s: float = _IO_TIMEOUT_S) -> int:
+                timeout_s: float = _IO_TIMEOUT_S, total_s: float | None = None) -> int:
     """Fetch ``req``'s range from the file stream server at ``address``; ``write(chunk,
     at)`` gets its bytes in order (``at``: the chunk's offset in the range; the chunk is a
     reused buffer, valid during the call). Returns the bytes received: less than asked if
@@ -196,10 +197,12 @@ def fetch_range(address: str, secret: bytes, req: FileRequest,
 
     Raises:
         NetworkError: the server is unreachable, or the stream broke.
-        TimedOutError: no byte arrived for ``timeout_s``.
+        TimedOutError: no byte arrived for ``timeout_s``, or the range took longer than
+            ``total_s`` (None: no limit).
         CredentialError: the server does not know the cluster's secret.
         NotFoundError: the server refused the request (the reason is in the message).
     """
+    deadline = None if total_s is None else time.monotonic() + total_s
     host, _, port = address.rpartition(":")
     what = f"a file stream of {req.path} from tablet server {address}"
     try:
@@ -232,7 +235,10 @@ def fetch_range(address: str, secret: bytes, req: FileRequest,
                 text = _recv_exact(sock, n).decode(errors="replace")
                 raise NotFoundError(f"tablet server {address} refused {what}: {text}")
             (length,) = _U64.unpack(_recv_exact(sock, _U64.size))
-            return _receive(sock, length, write)
+            got = _receive(sock, length, write, deadline)
+            if got < 0:
+                raise TimedOutError(f"{what} took longer than {total_s:.0f} s")
+            return got
     except _WriteFailed as e:
         raise e.cause from None  # the caller's own failure (e.g. a full disk), unwrapped
     except KuduError:
@@ -251,8 +257,9 @@ class _WriteFailed(Exception):
         self.cause = cause
 
 
-def _receive(sock: socket.socket, length: int, write: Callable[[pa.Buffer, int], object]
-             ) -> int:
+def _receive(sock: socket.socket, length: int, write: Callable[[pa.Buffer, int], object],
+             deadline: float | None) -> int:
+    """The bytes received (fewer if the stream ended early), or -1 past ``deadline``."""
     buf = pa.allocate_buffer(min(_RECV_BYTES, max(length, 1)))
     view = memoryview(buf).cast("B")
 
@@ -275,6 +282,8 @@ def _receive(sock: socket.socket, length: int, write: Callable[[pa.Buffer, int],
             filled += n
         hand_over(filled, got)
         got += filled
+        if deadline is not None and got < length and time.monotonic() > deadline:
+            return -1
     if sock.recv(1):
         raise CorruptionError("the server sent more bytes than the range it announced")
     return got

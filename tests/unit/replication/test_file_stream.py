@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from pyspark_kudu.errors import CredentialError, NetworkError, NotFoundError
+from pyspark_kudu.errors import CredentialError, NetworkError, NotFoundError, TimedOutError
 from pyspark_kudu.spark.host.file_stream import FileStreamServer, fetch_range
 from pyspark_kudu.spark.host.tserver_protocol import FileRequest
 
@@ -139,3 +139,10 @@ def test_an_unreachable_server_is_a_network_error(
     srv.shutdown()
     with pytest.raises(NetworkError, match="unreachable"):
         _fetch(address, _req())
+
+
+def test_a_range_past_its_deadline_times_out(
+        served: tuple[FileStreamServer, bytes, list[int]]) -> None:
+    srv, _, _ = served
+    with pytest.raises(TimedOutError, match="took longer than"):
+        fetch_range(srv.address, SECRET, _req(), lambda buf, at: None, total_s=0.0)
