@@ -49,6 +49,7 @@ SESSION_CONF: tuple[tuple[str, str], ...] = (
     ("spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures", "5"),
 )
 
+
 def freeze_imports() -> int:
     """Collect once, then freeze every object tracked so far (module docstring); returns
     how many are frozen."""
