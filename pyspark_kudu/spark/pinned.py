@@ -61,17 +61,18 @@ class _JvmNames:
         return self.converters.asScala(jl).toSeq()
 
 
-_names: dict[int, _JvmNames] = {}
+# Per gateway (kept referenced, so that its id cannot be reused by another one).
+_names: dict[int, tuple[Any, _JvmNames]] = {}
 _names_lock = threading.Lock()
 
 
 def _jvm_names(sc: SparkContext) -> _JvmNames:
-    key = id(sc._gateway)
+    gateway = sc._gateway
     with _names_lock:
-        names = _names.get(key)
-        if names is None:
-            names = _names[key] = _JvmNames(sc)
-        return names
+        entry = _names.get(id(gateway))
+        if entry is None or entry[0] is not gateway:
+            entry = _names[id(gateway)] = (gateway, _JvmNames(sc))
+        return entry[1]
 
 
 def pinned_rdd(sc: SparkContext, payloads: Sequence[tuple[Any, Sequence[str]]]) -> RDD[Any]:
