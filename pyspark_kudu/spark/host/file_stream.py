@@ -78,6 +78,9 @@ _RECV_BYTES = 4 << 20  # the target's reused receive buffer
 
 
 def _h(key: bytes, *parts: bytes) -> bytes:
+    # The same HMAC as :mod:`pyspark_kudu.rpc.auth`'s, written here on purpose: that module
+    # imports ``pyarrow.flight``, and this one is loaded by the executor's daemon (through
+    # the tablet server), which must never load gRPC before it forks.
     return hmac.new(key, b"".join(parts), hashlib.sha256).digest()
 
 
