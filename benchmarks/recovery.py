@@ -22,6 +22,11 @@ Measured per size:
   rounds are the fixed part below);
 - **rounds and stages** of the replacement (every round from the first healing action to
   full replication; tablets replaced together share rounds): the fixed part's goal is <= 4;
+- **fail-over**: the killed server is one that leads a tablet (the one with the most
+  replicas among those); ``failover_s``, from the kill until this client leads each tablet
+  it led from another replica (elected when the driver sees the executor gone, long before
+  the master declares the server failed; Kudu's followers elect after a few missed
+  heartbeats);
 - **failure detection**: from the kill to the first healing action, against the threshold
   ``--failed-after-s`` (goal: at most one heartbeat interval, ``spark.kudu.heartbeatIntervalSec``
   = 1 s, more);
@@ -179,12 +184,15 @@ def _run(spark: SparkSession, args: argparse.Namespace, nrows: int, base: Path,
         for tb in locs.tablets:
             for v in tb.voters:
                 count[v] = count.get(v, 0) + 1
-        # The server with the most replicas that leads none of them (a follower's loss).
+        # The server with the most replicas among those leading a tablet: its loss needs a
+        # fail-over (new leaders, at the executor's loss) as well as replacements.
         leaders = {tb.leader for tb in locs.tablets}
-        victim_ts = max((v for v in count if v not in leaders), key=lambda v: count[v],
+        victim_ts = max((v for v in count if v in leaders), key=lambda v: count[v],
                         default=max(count, key=lambda v: count[v]))
         victim = host_of[victim_ts]
         lost = [tb.tablet_id for tb in locs.tablets if victim_ts in tb.voters]
+        led = [tb.tablet_id for tb in locs.tablets if tb.leader == victim_ts]
+        out["led_tablets"] = len(led)
         root = cluster.data_root(victim)
         out["lost_replicas"] = len(lost)
         out["lost_bytes"] = sum(_dir_bytes(root / "tablets" / t) for t in lost)
@@ -194,7 +202,8 @@ def _run(spark: SparkSession, args: argparse.Namespace, nrows: int, base: Path,
         cluster.kill_worker(victim)
         killed = time.monotonic()
         end = killed + 1800
-        seen = _watch_detection(kudu, spark, victim, victim_ts, killed, args.failed_after_s)
+        seen = _watch_detection(kudu, spark, victim, victim_ts, killed, args.failed_after_s,
+                                led)
 
         def healed() -> bool:
             tablets = kudu.master.get_table("bench").tablets
@@ -217,6 +226,7 @@ def _run(spark: SparkSession, args: argparse.Namespace, nrows: int, base: Path,
         out["executor_lost_s"] = seen.get("executor_lost_s")
         out["master_failed_s"] = seen.get("master_failed_s")
         out["last_heard_s"] = seen.get("last_heard_s")
+        out["failover_s"] = seen.get("failover_s")
         if "watch_error" in seen:
             out["watch_error"] = seen["watch_error"]
         out["total_s"] = done - killed
@@ -254,10 +264,12 @@ def _run(spark: SparkSession, args: argparse.Namespace, nrows: int, base: Path,
 
 
 def _watch_detection(kudu: KuduContext, spark: SparkSession, host: str, ts_uuid: str,
-                     killed: float, failed_after_s: float) -> dict[str, Any]:
+                     killed: float, failed_after_s: float, led: list[str]
+                     ) -> dict[str, Any]:
     """Record (in a thread, every 0.1 s), in seconds after ``killed``: when the driver stops
-    listing ``host``'s executor, when the master last heard of ``ts_uuid`` (its ``unseen_s``)
-    and when that silence reached the threshold."""
+    listing ``host``'s executor, when every tablet of ``led`` (those ``ts_uuid`` led) has a
+    leader elsewhere (the fail-over), when the master last heard of ``ts_uuid`` (its
+    ``unseen_s``) and when that silence reached the threshold."""
     from pyspark_kudu.spark.pinned import executor_hosts
 
     seen: dict[str, Any] = {}
@@ -269,6 +281,10 @@ def _watch_detection(kudu: KuduContext, spark: SparkSession, host: str, ts_uuid:
                 if "executor_lost_s" not in seen and host not in executor_hosts(
                         spark.sparkContext):
                     seen["executor_lost_s"] = now
+                if "failover_s" not in seen and all(
+                        (lead := kudu._leaders.get(t)) is not None and lead.node is not None
+                        and lead.leader_id != ts_uuid for t in led):
+                    seen["failover_s"] = now
                 for t in kudu.master.list_tservers():
                     unseen = float(t.get("unseen_s", -1.0))
                     if t["uuid"] != ts_uuid or unseen < 0:
@@ -279,7 +295,7 @@ def _watch_detection(kudu: KuduContext, spark: SparkSession, host: str, ts_uuid:
             except Exception as e:  # the context is closing
                 seen["watch_error"] = f"{type(e).__name__}: {e}"
                 return
-            if "master_failed_s" in seen:
+            if "master_failed_s" in seen and "failover_s" in seen:
                 return
             time.sleep(0.1)  # sampling, not waiting for a condition
 
@@ -403,7 +419,8 @@ def _print_run(r: dict[str, Any], x: dict[str, Any]) -> None:
           f"{x['copy_phase_s']:.2f} s = {x['copy_bytes_per_s'] / 1e6:.0f} MB/s -> "
           f"{x.get('copy_phase_ratio', 0):.2f}x")
     print(f"rounds after the kill: {x.get('rounds_after_kill', x['restore_rounds'])} "
-          f"(failover included)")
+          f"(failover included); the lost server led {x.get('led_tablets', '?')} tablet(s), "
+          f"led elsewhere after {_s(x.get('failover_s'))}")
     print(f"replacement: {x['restore_rounds']} rounds, {x['restore_stages']} Spark stages "
           f"(goal for the fixed part <= 4)")
     print(f"executor loss seen by the driver after {_s(x['executor_lost_s'])}; the master "

@@ -102,6 +102,48 @@ def test_a_write_rides_through_the_loss_of_its_leaders_host(
         _restart(standalone_cluster, sc, [victim])
 
 
+def test_tablets_led_from_a_lost_host_fail_over_before_the_next_write(
+    cluster_spark: SparkSession, standalone_cluster: StandaloneCluster, kudu: KuduContext,
+) -> None:
+    """Kudu's followers elect a new leader a few heartbeats after theirs goes quiet. Here the
+    driver sees the executor go (liveness) and elects new leaders at once for the tablets it
+    led from that host's replicas: no write has to find the leader gone, long before the
+    master would declare the server failed (300 s); the next write and read see every row."""
+    sc = cluster_spark.sparkContext
+    kudu.create_table("failover", STRUCT, keys=["id"],
+                      partitioning=PartitionSchema((HashDimension(("id",), 3),)))
+    kudu.upsert_rows(cluster_spark.createDataFrame([(i, "a") for i in range(60)], STRUCT),
+                     "failover")
+    host_of = {s.uuid: s.host for s in kudu.servers}
+    tablets = [t.tablet_id for t in kudu.master.get_table("failover").tablets]
+    victim_ts = kudu._leaders[tablets[0]].leader_id
+    victim = host_of[victim_ts]
+    moved = [t for t in tablets if kudu._leaders[t].leader_id == victim_ts]
+    writes = kudu._service.writes
+
+    def failed_over() -> bool:
+        leads = [kudu._leaders.get(t) for t in moved]
+        return all(x is not None and x.node is not None and x.leader_id != victim_ts
+                   for x in leads)
+
+    standalone_cluster.kill_worker(victim)
+    try:
+        wait_until(failed_over, 120, f"new leaders for tablets {moved} after {victim}'s "
+                   f"executor was lost (leaders now: "
+                   f"{ {t: getattr(kudu._leaders.get(t), 'leader_id', None) for t in moved} })",
+                   poll_s=0.2)
+        assert kudu._service.writes == writes, "a write, not the fail-over, elected them"
+        plan = kudu.replication_plan()
+        assert plan == [], f"the master declared the lost server failed already: {plan}"
+        rows = [(i, "b") for i in range(30, 90)]
+        summary = kudu.upsert_rows(cluster_spark.createDataFrame(rows, STRUCT), "failover")
+        assert summary.rows_written == 60 and summary.row_errors == 0
+        got = sorted(tuple(r) for r in kudu.read_table("failover").collect())
+        assert got == [(i, "a") for i in range(30)] + rows
+    finally:
+        _restart(standalone_cluster, sc, [victim])
+
+
 def test_batches_staged_on_a_host_lost_before_the_round_are_staged_again(
     cluster_spark: SparkSession, standalone_cluster: StandaloneCluster, kudu: KuduContext,
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,

@@ -46,7 +46,9 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import Future
 from functools import partial
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
@@ -225,6 +227,7 @@ class KuduContext(WritePath, ReplicaManagement):
         self._janitor = StagingJanitor(sc, [s.host for s in self.servers],
                                        self.warehouse if self._local else None)
         self._leaders: dict[str, TabletLeader] = {}
+        self._leader_tables: dict[str, str] = {}
         self._acked: dict[str, tuple[str, int, int]] = {}
         self._failed_reported: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
@@ -233,7 +236,7 @@ class KuduContext(WritePath, ReplicaManagement):
         self.liveness = LivenessReporter(
             self.master, [s.meta() for s in self.servers],
             self._live_hosts, interval_s=heartbeat,
-            round_trips=self.transport.host_rtt).start()
+            round_trips=self.transport.host_rtt, on_lost=self._servers_lost).start()
         # format("kudu") for this session: a loopback service its data source calls.
         self.session_service = register(self)
         self.client_id = uuid.uuid4().hex[:16]
@@ -251,6 +254,17 @@ class KuduContext(WritePath, ReplicaManagement):
         # A suspect host (not answering, though Spark still lists its executor) is not
         # reported live: if it stays away, the master declares its tablet server failed.
         return set(executor_hosts(self.spark.sparkContext)) - self.transport.suspect_hosts()
+
+    def _servers_lost(self, lost: set[str]) -> None:
+        """Liveness found the executors of tablet servers ``lost`` gone: the tablets this
+        client leads from their replicas fail over now (:meth:`fail_over`, on the round
+        thread, not waited for here), while the master's failure detection and the healer's
+        re-replication go on at their own pace."""
+        try:
+            fut = self._service.call(lambda: self.fail_over(lost))
+        except KuduError:  # the service is closing
+            return
+        fut.add_done_callback(_log_failover)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
@@ -576,6 +590,14 @@ def _identify(host: str, conf_root: str | None = None) -> tuple[TabletServerInfo
         return None
     root = local_data_root(None, conf_root, cluster=True)
     return ensure_instance(root), os.environ.get(ADDRESS_ENV, "")
+
+
+def _log_failover(fut: Future[Any]) -> None:
+    """A fail-over's failure, logged (each tablet's own failure is logged in
+    ``fail_over``; this is a bug or the Spark context stopping under it)."""
+    e = fut.exception()
+    if e is not None:
+        _log.warning("failing over tablets from lost tablet servers failed: %s", e)
 
 
 def _resident_address(_: object) -> str:

@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from typing import Any
 
@@ -177,6 +177,7 @@ class WritePath(RideThrough):
     _janitor: StagingJanitor
     _lock: threading.Lock
     _leaders: dict[str, TabletLeader]
+    _leader_tables: dict[str, str]  # tablet -> its table, for each tablet ever led here
     _failed_reported: set[tuple[str, str]]
     #: Per tablet, the last entry of this client's acknowledged writes: (the leader replica
     #: that committed it, its index, its term). Reads must see it (read-your-writes) even
@@ -542,6 +543,7 @@ class WritePath(RideThrough):
                         errors[tid] = res
                     else:
                         self._leaders[tid] = lead
+                        self._leader_tables[tid] = locs.table.name
                         candidates.pop(tid, None)
                 candidates = {tid: c for tid, c in candidates.items() if c}
             failed = [tid for tid in tablet_ids if tid not in self._leaders
@@ -552,6 +554,40 @@ class WritePath(RideThrough):
                     + "; ".join(str(errors.get(t, "no reachable replica")) for t in failed[:3])
                     + ")")
             return {tid: self._leaders[tid] for tid in tablet_ids}
+
+    def fail_over(self, lost: Collection[str]) -> list[str]:
+        """Elect, on reachable voters, new leaders for the tablets this client leads from a
+        replica on one of the ``lost`` tablet servers (their executors are gone), as Kudu's
+        followers elect a new leader after a few missed heartbeats: long before the master
+        declares the server failed, and without waiting for the next write to find the
+        leader gone. Returns the tablets now led from another replica. A tablet no voter
+        can lead yet (no live majority) is left without a leader: the next write or healing
+        action elects again. Runs on the replication service's round thread
+        (:meth:`KuduContext._servers_lost`), so no round of the old leader is in flight."""
+        gone = frozenset(lost)
+        with self._lock:
+            moved = [tid for tid, lead in self._leaders.items()
+                     if lead.node is not None and lead.leader_id in gone]
+            tables = {tid: self._leader_tables.get(tid, "") for tid in moved}
+        by_table: dict[str, list[str]] = {}
+        for tid, table in tables.items():
+            by_table.setdefault(table, []).append(tid)
+        done: list[str] = []
+        for table, tids in sorted(by_table.items()):
+            try:
+                locs = self.master.get_table(table)
+                present = {t.tablet_id for t in locs.tablets}
+                own, _ = self._route(locs, [t for t in tids if t in present], exclude=gone)
+            except KuduError as e:
+                _log.warning("table %s: failing over tablets %s from lost tablet servers %s "
+                             "failed (the next write elects again): %s", table, tids,
+                             sorted(gone), e)
+                continue
+            done.extend(tid for tid, lead in own.items() if lead.leader_id not in gone)
+        if done:
+            _log.info("tablets %s: new leaders elected after losing tablet servers %s",
+                      done, sorted(gone))
+        return done
 
     def _route(self, locs: TableLocations, tablet_ids: Sequence[str], *,
                forwarded: bool = False, exclude: frozenset[str] = frozenset()

@@ -9,7 +9,9 @@ gets full reports). A server whose executor is gone is simply not heartbeated: t
 sees it go quiet, which is what its failure detection and re-replication act on. Each
 heartbeat also carries this driver's round-trip estimate to the server's host, when its
 replication rounds have one (``round_trips``, :mod:`~pyspark_kudu.spark.replication.latency`),
-for ``cluster ksck``.
+for ``cluster ksck``. ``on_lost`` is told, once, of the tablet servers whose executors were
+heartbeated last time and are gone now (the client fails over the tablets it led from them,
+``KuduContext._servers_lost``); it must not block.
 
 Known limit: tablet servers are discovered when the ``KuduContext`` starts; an executor
 host that appears later is not registered until a new context starts.
@@ -39,11 +41,13 @@ class LivenessReporter:
 
     def __init__(self, client: MasterClient, servers: Sequence[TServerMeta],
                  live_hosts: Callable[[], set[str]], interval_s: float = 1.0,
-                 round_trips: Callable[[], Mapping[str, RoundTrip]] | None = None) -> None:
+                 round_trips: Callable[[], Mapping[str, RoundTrip]] | None = None,
+                 on_lost: Callable[[set[str]], None] | None = None) -> None:
         self._beaters = [TabletServerHeartbeater(client, s, interval_s=interval_s)
                          for s in servers]
         self._live_hosts = live_hosts
         self._round_trips = round_trips or dict
+        self._on_lost = on_lost
         self.interval_s = interval_s
         self.rounds = 0
         self.last_live: set[str] = set()
@@ -79,7 +83,10 @@ class LivenessReporter:
                 b.heartbeat_once()
                 beaten.add(b.tserver.uuid)
         self.rounds += 1
+        lost = self.last_live - beaten
         self.last_live = beaten
+        if lost and self._on_lost is not None:
+            self._on_lost(lost)
         return beaten
 
     def _run(self) -> None:

@@ -74,6 +74,7 @@ class ReplicaManagement:
     _service: ReplicationService
     _lock: threading.Lock
     _leaders: dict[str, TabletLeader]
+    _leader_tables: dict[str, str]
     leases: LeaseKeeper
 
     if TYPE_CHECKING:  # provided by KuduContext
@@ -315,6 +316,7 @@ class ReplicaManagement:
         lead.config_index = lead.node.log.last_index()
         with self._lock:
             self._leaders[tablet_id] = lead
+            self._leader_tables[tablet_id] = table
         self._report_config(lead)
         return {"tablet_id": tablet_id, "table": table, "survivor": best,
                 "last_index": st.last_index, "last_term": st.last_term,

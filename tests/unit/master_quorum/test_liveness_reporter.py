@@ -32,3 +32,24 @@ def test_only_servers_with_an_executor_stay_live(tmp_path: Path) -> None:
             wait_until(lambda: live() == {"ts0", "ts1", "ts2"}, 30, "ts1 becoming live again")
         finally:
             reporter.stop()
+
+
+def test_lost_servers_are_reported_once_when_their_executor_goes(tmp_path: Path) -> None:
+    hosts = {s.host for s in SERVERS}
+    lost: list[set[str]] = []
+    with EmbeddedMaster(str(tmp_path), 1) as master:
+        reporter = LivenessReporter(master.client(), SERVERS, lambda: set(hosts),
+                                    interval_s=60, on_lost=lost.append)
+        reporter.beat_once()
+        assert lost == []  # nothing was live before the first beat
+        hosts.discard("127.0.0.3")
+        hosts.discard("127.0.0.4")
+        assert reporter.beat_once() == {"ts0"}
+        assert lost == [{"ts1", "ts2"}]
+        reporter.beat_once()  # still gone: not reported again
+        assert lost == [{"ts1", "ts2"}]
+        hosts.add("127.0.0.3")
+        reporter.beat_once()  # back: nothing lost
+        hosts.discard("127.0.0.3")
+        reporter.beat_once()  # gone again: reported again
+        assert lost == [{"ts1", "ts2"}, {"ts1"}]
