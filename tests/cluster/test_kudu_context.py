@@ -260,6 +260,8 @@ def test_concurrent_address_refreshes_after_an_executor_is_replaced_agree(
     every caller gets the new address, and the master's registration moves to it and stays
     there (unserialized refreshes could apply an older job's address after a newer one's)."""
     sc = cluster_spark.sparkContext
+    # Callers only: the context's own look-up of returned executors is the next test's.
+    monkeypatch.setattr(kudu.liveness, "_on_found", None)
     victim = sorted(standalone_cluster.alive_workers())[-1]
     (ts,) = [s for s in kudu.servers if s.host == victim]
     old = kudu.server_addresses()[ts.uuid]
@@ -294,3 +296,37 @@ def test_concurrent_address_refreshes_after_an_executor_is_replaced_agree(
     for _ in range(3):  # and it stays there across heartbeats
         kudu.liveness.beat_once()
         assert registered() == port
+
+
+def test_a_returned_executors_tablet_server_is_looked_up_before_anyone_asks(
+    cluster_spark: SparkSession, standalone_cluster: StandaloneCluster, kudu: KuduContext,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """When an executor comes back, the context runs the discovery job for its host by
+    itself (which also starts the new executor's Python daemon and resident server): the
+    new address is known, and serves, without a scan or a round having asked for it."""
+    sc = cluster_spark.sparkContext
+    victim = sorted(standalone_cluster.alive_workers())[0]
+    (ts,) = [s for s in kudu.servers if s.host == victim]
+    old = kudu.server_addresses()[ts.uuid]
+    real = kudu._discover_hosts
+    jobs: list[Sequence[str]] = []
+
+    def counted(hosts: Sequence[str]) -> Any:
+        jobs.append(tuple(hosts))
+        return real(hosts)
+
+    monkeypatch.setattr(kudu, "_discover_hosts", counted)
+    standalone_cluster.kill_worker(victim)
+    wait_until(lambda: victim not in executor_hosts(sc), 60,
+               f"the driver noticing the executor loss on {victim}", poll_s=0.2)
+    _restart(standalone_cluster, sc, [victim])
+
+    def current() -> str:
+        return next(s.address for s in kudu.servers if s.uuid == ts.uuid) or ""
+
+    wait_until(lambda: current() not in ("", old), 120,
+               f"the context looking up {victim}'s new tablet server by itself (discovery "
+               f"jobs so far: {jobs})", poll_s=0.2)
+    assert jobs and all(j == (victim,) for j in jobs), f"discovery jobs run: {jobs}"
+    assert ping(current(), kudu.credential.encode())["host"] == victim

@@ -233,10 +233,13 @@ class KuduContext(WritePath, ReplicaManagement):
         self._lock = threading.Lock()
         self._refresh_lock = threading.Lock()
         self._closed = False
+        self._refresh_wanted = False
+        self._refresher: threading.Thread | None = None
         self.liveness = LivenessReporter(
             self.master, [s.meta() for s in self.servers],
             self._live_hosts, interval_s=heartbeat,
-            round_trips=self.transport.host_rtt, on_lost=self._servers_lost).start()
+            round_trips=self.transport.host_rtt, on_lost=self._servers_lost,
+            on_found=self._servers_found).start()
         # format("kudu") for this session: a loopback service its data source calls.
         self.session_service = register(self)
         self.client_id = uuid.uuid4().hex[:16]
@@ -265,6 +268,34 @@ class KuduContext(WritePath, ReplicaManagement):
         except KuduError:  # the service is closing
             return
         fut.add_done_callback(_log_failover)
+
+    def _servers_found(self, found: set[str]) -> None:
+        """Executors came back on the hosts of tablet servers ``found``: look up their new
+        resident servers now, in the background (:meth:`refresh_servers`: a discovery job
+        pinned there, which also starts each new executor's Python daemon and resident
+        server). Otherwise the first task to land there pays for that start, 2.5-4.5 s under
+        load: a replication round that includes the host, or a user's task Spark gives the
+        idle new executor. One refresh thread at a time; a host found meanwhile is looked
+        at by the same thread once the current refresh returns."""
+        with self._lock:
+            self._refresh_wanted = True
+            if self._refresher is None and not self._closed:
+                self._refresher = threading.Thread(target=self._refresh_while_wanted,
+                                                   daemon=True, name="kudu-server-refresh")
+                self._refresher.start()
+
+    def _refresh_while_wanted(self) -> None:
+        while True:
+            with self._lock:
+                if not self._refresh_wanted or self._closed:
+                    self._refresher = None
+                    return
+                self._refresh_wanted = False
+            try:
+                self.refresh_servers()
+            except Exception as e:  # e.g. the SparkContext stopping under it
+                _log.warning("looking up the tablet servers of returned executors failed: %s",
+                             e)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:

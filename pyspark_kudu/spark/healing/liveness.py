@@ -11,7 +11,9 @@ heartbeat also carries this driver's round-trip estimate to the server's host, w
 replication rounds have one (``round_trips``, :mod:`~pyspark_kudu.spark.replication.latency`),
 for ``cluster ksck``. ``on_lost`` is told, once, of the tablet servers whose executors were
 heartbeated last time and are gone now (the client fails over the tablets it led from them,
-``KuduContext._servers_lost``); it must not block.
+``KuduContext._servers_lost``); ``on_found`` of those heartbeated now and not last time (a
+host whose executor came back; not on the first beat): the client looks up their new
+resident servers at once, ``KuduContext._servers_found``. Neither may block.
 
 Known limit: tablet servers are discovered when the ``KuduContext`` starts; an executor
 host that appears later is not registered until a new context starts.
@@ -42,12 +44,14 @@ class LivenessReporter:
     def __init__(self, client: MasterClient, servers: Sequence[TServerMeta],
                  live_hosts: Callable[[], set[str]], interval_s: float = 1.0,
                  round_trips: Callable[[], Mapping[str, RoundTrip]] | None = None,
-                 on_lost: Callable[[set[str]], None] | None = None) -> None:
+                 on_lost: Callable[[set[str]], None] | None = None,
+                 on_found: Callable[[set[str]], None] | None = None) -> None:
         self._beaters = [TabletServerHeartbeater(client, s, interval_s=interval_s)
                          for s in servers]
         self._live_hosts = live_hosts
         self._round_trips = round_trips or dict
         self._on_lost = on_lost
+        self._on_found = on_found
         self.interval_s = interval_s
         self.rounds = 0
         self.last_live: set[str] = set()
@@ -82,11 +86,14 @@ class LivenessReporter:
                 b.round_trip = None if est is None else est.to_dict()
                 b.heartbeat_once()
                 beaten.add(b.tserver.uuid)
+        first = self.rounds == 0
         self.rounds += 1
-        lost = self.last_live - beaten
+        lost, found = self.last_live - beaten, beaten - self.last_live
         self.last_live = beaten
         if lost and self._on_lost is not None:
             self._on_lost(lost)
+        if found and not first and self._on_found is not None:
+            self._on_found(found)
         return beaten
 
     def _run(self) -> None:

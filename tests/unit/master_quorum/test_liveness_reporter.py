@@ -53,3 +53,18 @@ def test_lost_servers_are_reported_once_when_their_executor_goes(tmp_path: Path)
         hosts.discard("127.0.0.3")
         reporter.beat_once()  # gone again: reported again
         assert lost == [{"ts1", "ts2"}, {"ts1"}]
+
+
+def test_returned_servers_are_reported_once_but_not_on_the_first_beat(tmp_path: Path) -> None:
+    hosts = {"127.0.0.2"}
+    found: list[set[str]] = []
+    with EmbeddedMaster(str(tmp_path), 1) as master:
+        reporter = LivenessReporter(master.client(), SERVERS, lambda: set(hosts),
+                                    interval_s=60, on_found=found.append)
+        reporter.beat_once()
+        assert found == []  # the first beat finds everything: nothing came back
+        hosts |= {"127.0.0.3", "127.0.0.4"}
+        reporter.beat_once()
+        assert found == [{"ts1", "ts2"}]
+        reporter.beat_once()
+        assert found == [{"ts1", "ts2"}]
