@@ -102,3 +102,44 @@ def test_an_upsert_whose_round_lost_its_replies_is_applied_once(
     assert summary.rows_written == 10, summary
     got = sorted((r["id"], r["v"]) for r in kudu.read_table("once").collect())
     assert got == [(i, f"v{i}") for i in range(10)]
+
+
+def test_a_write_whose_leader_failed_over_meanwhile_finishes_without_another_election(
+        spark: SparkSession, kudu: KuduContext, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The leader replica's executor is lost between a write's routing and its round, and
+    the fail-over (``KuduContext.fail_over``) elects a new leader on another replica: the
+    write, whose round finds its leader given up, finishes under the new one (ride-through)
+    and does not elect a third over it."""
+    from pyspark_kudu.spark.api import writes
+
+    kudu.create_table("moved", STRUCT, keys=["id"], replicas=3)  # one tablet
+    kudu.upsert_rows(spark.createDataFrame([(1, "a")], STRUCT), "moved")
+    (tablet,) = kudu.master.get_table("moved").tablets
+    tid = tablet.tablet_id
+    old = kudu._leaders[tid]
+    elections: list[list[str]] = []
+    real_elect = writes.elect_all
+
+    def counted_elect(transport: object, batch: Sequence[object]) -> object:
+        elections.append([b.leader_id for b in batch])  # type: ignore[attr-defined]
+        return real_elect(transport, batch)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(writes, "elect_all", counted_elect)
+    real_submit = kudu._service.submit
+    moved: list[list[str]] = []
+
+    def submit(lead: object, batches: Sequence[bytes], **kw: object) -> object:
+        if lead is old and not moved:  # the fail-over lands between routing and round
+            moved.append(kudu._service.call(lambda: kudu.fail_over({old.leader_id})).result())
+        return real_submit(lead, batches, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(kudu._service, "submit", submit)
+    summary = kudu.upsert_rows(spark.createDataFrame([(1, "b"), (2, "c")], STRUCT), "moved")
+    assert moved == [[tid]], f"the fail-over moved {moved}"
+    assert summary.rows_written == 2 and summary.row_errors == 0
+    assert len(elections) == 1, f"elections after the fail-over's own: {elections[1:]}"
+    assert old.leader_id not in elections[0]
+    new = kudu._leaders[tid]
+    assert new is not old and new.node is not None and new.leader_id != old.leader_id
+    got = sorted(tuple(r) for r in kudu.read_table("moved").collect())
+    assert got == [(1, "b"), (2, "c")]

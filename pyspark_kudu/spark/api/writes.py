@@ -422,8 +422,7 @@ class WritePath(RideThrough):
             try:
                 outcome = fut.result()
             except KuduError as e:  # fenced by another writer, or no majority
-                with self._lock:
-                    self._leaders.pop(tid, None)  # elect again next time
+                self._drop_leader(tid, leaders[tid])  # elect again next time
                 if isinstance(e, UncommittedError):
                     lost.append((tid, batch_refs, e))  # ridden through below
                     continue
@@ -456,6 +455,14 @@ class WritePath(RideThrough):
             with self._lock:
                 now = [self._leaders.get(t, leaders[t]) for t in refs]
             self._report_commits(now)
+
+    def _drop_leader(self, tid: str, failed: TabletLeader) -> None:
+        """Forget ``failed`` as ``tid``'s leader, so that the next use elects again -- unless
+        another leader replaced it meanwhile (a fail-over at executor loss, another write's
+        ride-through): that one is kept, not elected over."""
+        with self._lock:
+            if self._leaders.get(tid) is failed:
+                del self._leaders[tid]
 
     def _note_acked(self, tid: str, leader_id: str, outcome: WriteOutcome) -> None:
         """Remember the last entry of an acknowledged write to ``tid`` (``_acked``).
@@ -639,8 +646,7 @@ class WritePath(RideThrough):
                 try:
                     ((index, term, _),) = fut.result()
                 except KuduError as e:  # fenced, or no majority: elect again
-                    with self._lock:
-                        self._leaders.pop(tid, None)
+                    self._drop_leader(tid, own[tid])
                     failure = failure or e
                     continue
                 points[tid] = (own[tid].leader_id, index, term)
