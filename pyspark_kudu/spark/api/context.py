@@ -45,11 +45,12 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from functools import partial
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
@@ -235,6 +236,9 @@ class KuduContext(WritePath, ReplicaManagement):
         self._closed = False
         self._refresh_wanted = False
         self._refresher: threading.Thread | None = None
+        self._to_warm: set[str] = set()
+        #: Hosts whose SQL Python daemon a warm-up task started (``_servers_found``).
+        self.warmed: list[str] = []
         self.liveness = LivenessReporter(
             self.master, [s.meta() for s in self.servers],
             self._live_hosts, interval_s=heartbeat,
@@ -277,8 +281,10 @@ class KuduContext(WritePath, ReplicaManagement):
         load: a replication round that includes the host, or a user's task Spark gives the
         idle new executor. One refresh thread at a time; a host found meanwhile is looked
         at by the same thread once the current refresh returns."""
+        hosts = {s.host for s in self.servers if s.uuid in found}
         with self._lock:
             self._refresh_wanted = True
+            self._to_warm |= hosts
             if self._refresher is None and not self._closed:
                 self._refresher = threading.Thread(target=self._refresh_while_wanted,
                                                    daemon=True, name="kudu-server-refresh")
@@ -291,11 +297,25 @@ class KuduContext(WritePath, ReplicaManagement):
                     self._refresher = None
                     return
                 self._refresh_wanted = False
+                hosts, self._to_warm = sorted(self._to_warm), set()
             try:
                 self.refresh_servers()
+                if hosts:
+                    self.warmed.extend(self._warm_sql_workers(hosts))
             except Exception as e:  # e.g. the SparkContext stopping under it
                 _log.warning("looking up the tablet servers of returned executors failed: %s",
                              e)
+
+    def _warm_sql_workers(self, hosts: Sequence[str]) -> list[str]:
+        """Start, on each of ``hosts``, the Python daemon of Spark SQL's Python tasks (a
+        ``format("kudu")`` writer, ``mapInArrow``): one tiny ``mapInArrow`` task pinned
+        there. Spark keeps a daemon per kind of Python runner (their environments differ),
+        and the discovery job starts only the one of plain RDD tasks; a user's writer task
+        landing first on a new executor waited 4-6 s for the other in the chaos runs.
+        Returns the hosts whose task ran there (pinning is a preference)."""
+        rdd = pinned_rdd(self.spark.sparkContext, [(h, [h]) for h in hosts])
+        df = self.spark.createDataFrame(rdd.map(lambda h: (h,)), "host string")
+        return [r["host"] for r in df.mapInArrow(_host_batch, "host string").collect()]
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
@@ -621,6 +641,13 @@ def _identify(host: str, conf_root: str | None = None) -> tuple[TabletServerInfo
         return None
     root = local_data_root(None, conf_root, cluster=True)
     return ensure_instance(root), os.environ.get(ADDRESS_ENV, "")
+
+
+def _host_batch(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A warm-up task's whole work: the host it ran on (``_warm_sql_workers``)."""
+    for _ in batches:
+        pass
+    yield pa.RecordBatch.from_pydict({"host": [current_host()]})
 
 
 def _log_failover(fut: Future[Any]) -> None:

@@ -356,15 +356,22 @@ class WritePath(RideThrough):
         pending = list(by_tid)
         deadline = time.monotonic() + self.leases.ttl_s + _FORWARD_GRACE_S
         while pending:
-            own, remote = self._route(locs, pending, forwarded=forwarded)
+            # A tablet no voter can lead now (no live majority yet) rides through like one
+            # whose round failed: it keeps trying until ``ride_through_s``, then fails
+            # naming its hosts. A forward is refused at once instead (its sender retries).
+            leaderless: dict[str, KuduError] = {}
+            own, remote = self._route(locs, pending, forwarded=forwarded,
+                                      leaderless=None if forwarded else leaderless)
             groups = by_holder(remote)
             retry: list[str] = []
-            with self.leases.using(list(own)), ThreadPoolExecutor(
+            mine = [*own, *leaderless]
+            with self.leases.using(mine), ThreadPoolExecutor(
                     max(1, len(groups)), thread_name_prefix="kudu-forward") as pool:
                 forwards = {pool.submit(SessionClient(addr).lead_commit, table,
                                         [r.encode() for t in tids for r in by_tid[t]]): tids
                             for addr, tids in groups.items()}
-                self._commit_own(table, {t: by_tid[t] for t in own}, own, tally, restage)
+                self._commit_own(table, {t: by_tid[t] for t in mine}, own, tally, restage,
+                                 leaderless)
                 for fut in as_completed(forwards):
                     tids = forwards[fut]
                     try:
@@ -403,12 +410,20 @@ class WritePath(RideThrough):
 
     def _commit_own(self, table: str, refs: dict[str, list[Staged]],
                     leaders: dict[str, TabletLeader], tally: _Tally,
-                    restage: Restager | None) -> None:
-        """Replicate the batches of tablets this client leads, into ``tally``."""
+                    restage: Restager | None,
+                    leaderless: dict[str, KuduError] | None = None) -> None:
+        """Replicate the batches of tablets this client leads, into ``tally``; those of
+        ``leaderless`` tablets (no leader could be elected) ride through from the start."""
         if not refs:
             return
         futures: dict[Future[WriteOutcome], tuple[str, list[Staged]]] = {}
+        lost: list[tuple[str, list[Staged], UncommittedError]] = [
+            (tid, refs[tid], UncommittedError(
+                f"tablet {tid}: no leader could be elected ({err}); nothing was proposed",
+                None)) for tid, err in (leaderless or {}).items()]
         for tid, batch_refs in refs.items():
+            if tid not in leaders:
+                continue  # leaderless
             # Only insert, update and delete can fail per row; the others return once
             # committed, without waiting a round for the replicas' per-row results.
             fut = self._service.submit(leaders[tid], [r.entry_data() for r in batch_refs],
@@ -416,7 +431,6 @@ class WritePath(RideThrough):
                                                         for r in batch_refs))
             futures[fut] = (tid, batch_refs)
         failed = False
-        lost: list[tuple[str, list[Staged], UncommittedError]] = []
         for fut in as_completed(futures):
             tid, batch_refs = futures[fut]
             try:
@@ -450,10 +464,11 @@ class WritePath(RideThrough):
                 rider = self._leaders.get(tid)  # elected by the ride-through, or later
             if rider is not None:
                 self._note_acked(tid, rider.leader_id, outcome)
-        self._report_failed(leaders[t] for t in refs)
+        self._report_failed(leaders[t] for t in refs if t in leaders)
         if not failed:
             with self._lock:
-                now = [self._leaders.get(t, leaders[t]) for t in refs]
+                now = [lead for t in refs
+                       if (lead := self._leaders.get(t) or leaders.get(t)) is not None]
             self._report_commits(now)
 
     def _drop_leader(self, tid: str, failed: TabletLeader) -> None:
@@ -518,10 +533,14 @@ class WritePath(RideThrough):
             self.master.heartbeat_to(address, loc.meta(), reports)
 
     def _leaders_for(self, locs: TableLocations, tablet_ids: Sequence[str],
-                     exclude: frozenset[str] = frozenset()) -> dict[str, TabletLeader]:
+                     exclude: frozenset[str] = frozenset(),
+                     leaderless: dict[str, KuduError] | None = None
+                     ) -> dict[str, TabletLeader]:
         """This client's leader of each tablet, electing the missing ones together
         (:func:`elect_all`: four shared rounds), trying each reachable voter in turn.
-        A leader acting for a replica in ``exclude`` is given up and another elected."""
+        A leader acting for a replica in ``exclude`` is given up and another elected.
+        A tablet no voter could lead raises ``RoundFailedError``, or, given ``leaderless``,
+        is left out of the result and put there with the last election's error."""
         with self._lock:
             for tid in tablet_ids:
                 cur = self._leaders.get(tid)
@@ -555,6 +574,11 @@ class WritePath(RideThrough):
                 candidates = {tid: c for tid, c in candidates.items() if c}
             failed = [tid for tid in tablet_ids if tid not in self._leaders
                       or self._leaders[tid].node is None]
+            if failed and leaderless is not None:
+                for tid in failed:
+                    leaderless[tid] = errors.get(tid) or RoundFailedError(
+                        f"tablet {tid}: no reachable replica could become leader")
+                return {tid: self._leaders[tid] for tid in tablet_ids if tid not in failed}
             if failed:
                 raise RoundFailedError(
                     f"tablets {failed}: no replica could become leader (last errors: "
@@ -597,14 +621,16 @@ class WritePath(RideThrough):
         return done
 
     def _route(self, locs: TableLocations, tablet_ids: Sequence[str], *,
-               forwarded: bool = False, exclude: frozenset[str] = frozenset()
+               forwarded: bool = False, exclude: frozenset[str] = frozenset(),
+               leaderless: dict[str, KuduError] | None = None
                ) -> tuple[dict[str, TabletLeader], dict[str, SessionAddress]]:
         """Split ``tablet_ids`` into the ones this client leads (their leaders, elected as
         needed, see :meth:`_leaders_for`) and the ones another client holds the lease of
         (its session service). A cached leader of a tablet whose lease this client did not
         hold is dropped (another client may have led it meanwhile: elect again rather than
         fail the next write as fenced). ``forwarded``: another client sent this work here,
-        so every tablet must be this client's (``NotLeaderError`` otherwise)."""
+        so every tablet must be this client's (``NotLeaderError`` otherwise). ``leaderless``
+        as for :meth:`_leaders_for`."""
         fresh = {t for t in tablet_ids
                  if self.leases.enabled and not self.leases.holds(t)}
         holders = self.leases.route(tablet_ids)
@@ -617,7 +643,8 @@ class WritePath(RideThrough):
             for t in remote.keys() | fresh:
                 self._leaders.pop(t, None)
         own = [t for t in tablet_ids if t not in remote]
-        return (self._leaders_for(locs, own, exclude=exclude) if own else {}), remote
+        return (self._leaders_for(locs, own, exclude=exclude, leaderless=leaderless)
+                if own else {}), remote
 
     def read_points(self, table: str, tablet_ids: Sequence[str], *, forwarded: bool = False
                     ) -> dict[str, ReadPoint]:
