@@ -255,6 +255,20 @@ def test_a_write_without_a_live_majority_fails_naming_the_tablet_and_its_hosts(
     assert {1, 3} <= got <= {1, 2, 3}  # 2's outcome is unknown, as the error said
 
 
+def _count_discovery_jobs(kudu: KuduContext, monkeypatch: pytest.MonkeyPatch
+                          ) -> list[Sequence[str]]:
+    """The hosts of every discovery job ``kudu`` runs from now on, in order."""
+    real = kudu._discover_hosts
+    jobs: list[Sequence[str]] = []
+
+    def counted(hosts: Sequence[str]) -> Any:
+        jobs.append(tuple(hosts))
+        return real(hosts)
+
+    monkeypatch.setattr(kudu, "_discover_hosts", counted)
+    return jobs
+
+
 def test_concurrent_address_refreshes_after_an_executor_is_replaced_agree(
     cluster_spark: SparkSession, standalone_cluster: StandaloneCluster, kudu: KuduContext,
     monkeypatch: pytest.MonkeyPatch,
@@ -273,14 +287,7 @@ def test_concurrent_address_refreshes_after_an_executor_is_replaced_agree(
     wait_until(lambda: victim not in executor_hosts(sc), 60,
                f"the driver noticing the executor loss on {victim}", poll_s=0.2)
     _restart(standalone_cluster, sc, [victim])
-    real = kudu._discover_hosts
-    jobs: list[Sequence[str]] = []
-
-    def counted(hosts: Sequence[str]) -> Any:
-        jobs.append(tuple(hosts))
-        return real(hosts)
-
-    monkeypatch.setattr(kudu, "_discover_hosts", counted)
+    jobs = _count_discovery_jobs(kudu, monkeypatch)
     client = SessionClient(kudu.session_service.address)
     with ThreadPoolExecutor(8) as pool:
         seen = list(pool.map(lambda _: client.server_addresses(), range(8)))
@@ -314,14 +321,7 @@ def test_a_returned_executors_tablet_server_is_looked_up_before_anyone_asks(
     victim = sorted(standalone_cluster.alive_workers())[0]
     (ts,) = [s for s in kudu.servers if s.host == victim]
     old = kudu.server_addresses()[ts.uuid]
-    real = kudu._discover_hosts
-    jobs: list[Sequence[str]] = []
-
-    def counted(hosts: Sequence[str]) -> Any:
-        jobs.append(tuple(hosts))
-        return real(hosts)
-
-    monkeypatch.setattr(kudu, "_discover_hosts", counted)
+    jobs = _count_discovery_jobs(kudu, monkeypatch)
     standalone_cluster.kill_worker(victim)
     wait_until(lambda: victim not in executor_hosts(sc), 60,
                f"the driver noticing the executor loss on {victim}", poll_s=0.2)
