@@ -74,6 +74,16 @@ def _restart(cluster: StandaloneCluster, sc: SparkContext, hosts: list[str]) -> 
                    f"an executor coming back on {h}", poll_s=0.5)
 
 
+def _written_table(kudu: KuduContext, spark: SparkSession, name: str, tablets: int,
+                   rows: int) -> list[str]:
+    """A table of ``tablets`` hash tablets holding ids 0..rows-1 with value "a"; its tablet
+    ids (the write elected this client's leaders of all of them)."""
+    kudu.create_table(name, STRUCT, keys=["id"],
+                      partitioning=PartitionSchema((HashDimension(("id",), tablets),)))
+    kudu.upsert_rows(spark.createDataFrame([(i, "a") for i in range(rows)], STRUCT), name)
+    return [t.tablet_id for t in kudu.master.get_table(name).tablets]
+
+
 def test_a_write_rides_through_the_loss_of_its_leaders_host(
     cluster_spark: SparkSession, standalone_cluster: StandaloneCluster, kudu: KuduContext,
 ) -> None:
@@ -81,12 +91,8 @@ def test_a_write_rides_through_the_loss_of_its_leaders_host(
     fails there, and the write finishes under a leader elected among the live replicas
     instead of raising; every row is there exactly once."""
     sc = cluster_spark.sparkContext
-    kudu.create_table("ride", STRUCT, keys=["id"],
-                      partitioning=PartitionSchema((HashDimension(("id",), 2),)))
-    kudu.upsert_rows(cluster_spark.createDataFrame([(i, "a") for i in range(50)], STRUCT),
-                     "ride")
+    tablet = _written_table(kudu, cluster_spark, "ride", 2, 50)[0]
     host_of = {s.uuid: s.host for s in kudu.servers}
-    tablet = kudu.master.get_table("ride").tablets[0].tablet_id
     victim = host_of[kudu._leaders[tablet].leader_id]
     standalone_cluster.kill_worker(victim)
     try:
@@ -110,12 +116,8 @@ def test_tablets_led_from_a_lost_host_fail_over_before_the_next_write(
     led from that host's replicas: no write has to find the leader gone, long before the
     master would declare the server failed (300 s); the next write and read see every row."""
     sc = cluster_spark.sparkContext
-    kudu.create_table("failover", STRUCT, keys=["id"],
-                      partitioning=PartitionSchema((HashDimension(("id",), 3),)))
-    kudu.upsert_rows(cluster_spark.createDataFrame([(i, "a") for i in range(60)], STRUCT),
-                     "failover")
+    tablets = _written_table(kudu, cluster_spark, "failover", 3, 60)
     host_of = {s.uuid: s.host for s in kudu.servers}
-    tablets = [t.tablet_id for t in kudu.master.get_table("failover").tablets]
     victim_ts = kudu._leaders[tablets[0]].leader_id
     victim = host_of[victim_ts]
     moved = [t for t in tablets if kudu._leaders[t].leader_id == victim_ts]
