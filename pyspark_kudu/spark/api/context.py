@@ -237,8 +237,8 @@ class KuduContext(WritePath, ReplicaManagement):
         self._refresh_wanted = False
         self._refresher: threading.Thread | None = None
         self._to_warm: set[str] = set()
-        #: Hosts whose SQL Python daemon a warm-up task started (``_servers_found``).
-        self.warmed: list[str] = []
+        #: Per host, how many warm-up tasks started its SQL Python daemon (``_servers_found``).
+        self.warmed: dict[str, int] = {}
         self.liveness = LivenessReporter(
             self.master, [s.meta() for s in self.servers],
             self._live_hosts, interval_s=heartbeat,
@@ -300,8 +300,8 @@ class KuduContext(WritePath, ReplicaManagement):
                 hosts, self._to_warm = sorted(self._to_warm), set()
             try:
                 self.refresh_servers()
-                if hosts:
-                    self.warmed.extend(self._warm_sql_workers(hosts))
+                for h in self._warm_sql_workers(hosts) if hosts else ():
+                    self.warmed[h] = self.warmed.get(h, 0) + 1
             except Exception as e:  # e.g. the SparkContext stopping under it
                 _log.warning("looking up the tablet servers of returned executors failed: %s",
                              e)
