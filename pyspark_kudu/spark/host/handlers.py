@@ -28,7 +28,8 @@ READ_ENTRIES   log entries ``[lo, hi)`` and the term at ``lo - 1``, for catching
 COPY_OUT       stage a tablet copy of this replica (:mod:`~pyspark_kudu.spark.host.tabletcopy`):
                answers a served copy's manifest, or with ``as_refs`` (or no resident server
                here) refs to its parts (``entries``), the applied index it stands for
-               (``last_index``), that index's term (``prev_term``) and configuration.
+               (``last_index``; the replica first applies everything it knows committed),
+               that index's term (``prev_term``) and configuration.
 INSTALL_COPY   fetch a served copy from its source's resident server, or store delivered
                copy parts ``[lo, lo + len(entries))`` of ``hi``; the request that completes
                the set installs the copy (``installed``) as a Raft snapshot.
@@ -405,6 +406,15 @@ def _dispatch(
                         if len(e.data) >= WAL_REF_MIN_BYTES else e for e in ents]
             return _ok(req, host, entries=tuple(ents), prev_term=prev_term)
         case RequestKind.COPY_OUT:
+            # The backlog (committed entries the background applier has not reached, as
+            # after a large ingest or on a replica elected right after a fail-over) is
+            # applied first: a copy at the applied index would stop short of the commit
+            # index, the entries in between are often only the driver's released staged
+            # refs, and the new replica would then need a second copy.
+            commit = storage.initial_state()[0].commit
+            if commit > applied:
+                span = apply_committed(io, storage, applied, commit, applier, host)
+                applied = span[-1] if span else applied
             started = time.time()
             out = copy_out(root, host, req.tablet_id, applier.handle, applied, req.copy_id,
                            served=not req.as_refs)
@@ -412,7 +422,7 @@ def _dispatch(
                 p.size for p in out.parts)
             return _ok(req, host, entries=out.entries(), last_index=out.index,
                        copy_timing=(float(nbytes), started, time.time(), out.flush_s),
-                       prev_term=out.term,
+                       prev_term=out.term, results=applier.all_results(),
                        state=replace(_state(storage, applied), conf_state=out.conf_state,
                                      tail=()))
         case RequestKind.INSTALL_COPY:

@@ -181,10 +181,11 @@ class LeaderMembership:
             fresh = [PeerRequest(RequestKind.WIPE, self.tablet.tablet_id, ts),
                      PeerRequest(RequestKind.CREATE, self.tablet.tablet_id, ts)]
             # The copy is taken in the same round, after L persisted the ADD_LEARNER entry
-            # and the commit index the driver knows, i.e. at L's applied index, before the
-            # entry: a committed prefix, so a valid Raft snapshot (Raft §7; the simulator
-            # installs such snapshots). The new replica then gets the entry itself by
-            # AppendEntries (the bridge below).
+            # and the commit index the driver knows, i.e. at that commit index (L applies
+            # any background backlog up to it first), before the entry: a committed
+            # prefix, so a valid Raft snapshot (Raft §7; the simulator installs such
+            # snapshots). The new replica then gets the entry itself by AppendEntries (the
+            # bridge below).
             copy_id = uuid.uuid4().hex
             out = self._round_with({ts: fresh,
                                     self.leader_id: [self._copy_out_request(copy_id)]})

@@ -15,7 +15,9 @@ import pytest
 from pyspark_kudu.consensus.messages import ConfChange, ConfChangeType
 from pyspark_kudu.errors import IllegalStateError, ProposalDroppedError, RoundFailedError
 from pyspark_kudu.schema import ColumnSchema, Schema
-from pyspark_kudu.spark.host.handlers import replica_storage
+from pyspark_kudu.spark.host.background_apply import BackgroundApplier
+from pyspark_kudu.spark.host.handlers import replica_storage, tablet_dir
+from pyspark_kudu.spark.host.replica_apply import read_applied, use_background_apply
 from pyspark_kudu.spark.host.wal_committed_log import WalCommittedLog
 from pyspark_kudu.spark.replication.peer_transport import DirectTransport
 from pyspark_kudu.spark.replication.tablet_leader import TabletLeader, TabletReplicas
@@ -241,3 +243,46 @@ def test_replacing_a_replica_takes_four_rounds_and_keeps_every_row(tmp_path: Pat
     assert len(want) == 500
     assert _rows(transport.roots["ts-d"]) == want
     assert _first_index(transport.roots["ts-d"]) > 1
+
+
+def test_a_leader_with_an_apply_backlog_copies_at_its_commit_index_in_four_rounds(
+    tmp_path: Path,
+) -> None:
+    """A leader replica that has not applied everything committed (a resident server's
+    background applier behind, as after a large ingest or on a replica elected right after
+    a fail-over) applies its backlog before staging the copy: the copy ends right before the
+    ADD_LEARNER entry, the bridge applies, and the replacement takes its four rounds and one
+    copy, not a second copy to catch up."""
+    bg = BackgroundApplier(leader_inline_s=0.0, chunk_s=0.0, start=False)
+    previous = use_background_apply(bg)
+    try:
+        transport, lead = _setup(tmp_path)
+        for k in range(5):
+            lead.propose([_batch(k * 100, 100)])
+        lead.heartbeat()
+        committed = lead.node.commit_index if lead.node is not None else 0
+        assert read_applied(tablet_dir(transport.roots["ts-a"], "t")) < committed, \
+            "the set-up must leave the leader replica with a backlog"
+        kinds: list[list[str]] = []
+        run = transport.run
+
+        def counting(reqs):  # type: ignore[no-untyped-def]
+            kinds.append(sorted({r.kind.value for rs in reqs.values() for r in rs}))
+            return run(reqs)
+
+        transport.run = counting  # type: ignore[method-assign]
+        lead.add_replica("ts-d")
+        lead.remove_replica("ts-c")
+        transport.run = run  # type: ignore[method-assign]
+        assert lead.copies == 1, f"one tablet copy, not {lead.copies}: {kinds}"
+        assert len(kinds) == 4, kinds
+        while bg.run_once():
+            pass
+        lead.heartbeat()
+        while bg.run_once():
+            pass
+        want = _rows(transport.roots["ts-a"])
+        assert len(want) == 500
+        assert _rows(transport.roots["ts-d"]) == want
+    finally:
+        use_background_apply(previous)
