@@ -18,7 +18,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from pyspark_kudu.errors import InvalidArgumentError
-from pyspark_kudu.spark.api import context
+from pyspark_kudu.spark.api import context, tablet_servers
 from pyspark_kudu.spark.api.context import KuduContext
 from pyspark_kudu.spark.api.settings import (
     HEAL_INTERVAL_CONF,
@@ -144,7 +144,7 @@ def test_a_discovery_task_without_data_root_fails_as_a_usage_error(spark: SparkS
     task's refusal, out of Spark's error (no cluster here: a local task runs the same code)."""
     with pytest.raises(Exception) as info:  # Spark's wrapper of the task's error
         spark.sparkContext.parallelize([current_host()], 1).map(
-            partial(context._identify, conf_root=None)).collect()
+            partial(tablet_servers._identify, conf_root=None)).collect()
     usage = context._task_usage_error(info.value)
     assert isinstance(usage, InvalidArgumentError)
     assert str(usage).startswith("no tablet server data root on host ")

@@ -1,6 +1,6 @@
 """Settings of a ``KuduContext`` and of a host's data root: honoured or refused, never ignored.
 
-Pure functions of ``pyspark_kudu.spark.api.settings``, ``...api.context`` and
+Pure functions of ``pyspark_kudu.spark.api.settings``, ``...api.tablet_servers`` and
 ``...host.identity``; the same rules through a real local-mode ``KuduContext`` are in
 ``tests/spark/test_settings.py``.
 """
@@ -15,8 +15,8 @@ from pyspark import SparkConf
 
 from pyspark_kudu.errors import InvalidArgumentError
 from pyspark_kudu.master.locations import DEFAULT_MAPPING_TIMEOUT_S
-from pyspark_kudu.spark.api import context
 from pyspark_kudu.spark.api import settings as kudu_settings
+from pyspark_kudu.spark.api import tablet_servers
 from pyspark_kudu.spark.api.settings import (
     FAILED_AFTER_CONF,
     HEAL_MAX_MOVES_CONF,
@@ -148,7 +148,7 @@ def test_a_cluster_host_without_a_data_root_is_refused(monkeypatch: pytest.Monke
     assert DATA_ROOT_ENV in str(info.value) and DATA_ROOT_CONF in str(info.value)
     # The discovery task refuses before it creates anything.
     with pytest.raises(InvalidArgumentError, match=re.escape(DATA_ROOT_CONF)):
-        context._identify(identity.current_host(), conf_root=None)
+        tablet_servers._identify(identity.current_host(), conf_root=None)
     assert not default.exists()
 
 
@@ -156,7 +156,7 @@ def test_a_cluster_host_uses_its_env_root_else_the_application_setting(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv(DATA_ROOT_ENV, raising=False)
     conf_root = tmp_path / "conf-root"
-    found = context._identify(identity.current_host(), conf_root=str(conf_root))
+    found = tablet_servers._identify(identity.current_host(), conf_root=str(conf_root))
     assert found is not None
     info, _ = found
     assert info.data_root == str(conf_root) and (conf_root / "instance").is_file()
@@ -172,6 +172,6 @@ def test_a_discovery_task_that_runs_on_another_host_reports_nothing(
     created under the data root."""
     monkeypatch.delenv(DATA_ROOT_ENV, raising=False)
     conf_root = tmp_path / "conf-root"
-    assert context._identify("192.0.2.1", conf_root=str(conf_root)) is None
+    assert tablet_servers._identify("192.0.2.1", conf_root=str(conf_root)) is None
     assert not conf_root.exists()
-    assert context._identify(identity.current_host(), conf_root=str(conf_root)) is not None
+    assert tablet_servers._identify(identity.current_host(), conf_root=str(conf_root)) is not None

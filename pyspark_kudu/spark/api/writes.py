@@ -593,8 +593,9 @@ class WritePath(RideThrough):
         declares the server failed, and without waiting for the next write to find the
         leader gone. Returns the tablets now led from another replica. A tablet no voter
         can lead yet (no live majority) is left without a leader: the next write or healing
-        action elects again. Runs on the replication service's round thread
-        (:meth:`KuduContext._servers_lost`), so no round of the old leader is in flight."""
+        action elects again. Runs on the replication service's round thread (called from
+        :meth:`~pyspark_kudu.spark.api.tablet_servers.TabletServers._servers_lost`), so no
+        round of the old leader is in flight."""
         gone = frozenset(lost)
         with self._lock:
             moved = [tid for tid, lead in self._leaders.items()

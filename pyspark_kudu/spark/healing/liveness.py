@@ -11,9 +11,9 @@ heartbeat also carries this driver's round-trip estimate to the server's host, w
 replication rounds have one (``round_trips``, :mod:`~pyspark_kudu.spark.replication.latency`),
 for ``cluster ksck``. ``on_lost`` is told, once, of the tablet servers whose executors were
 heartbeated last time and are gone now (the client fails over the tablets it led from them,
-``KuduContext._servers_lost``); ``on_found`` of those heartbeated now and not last time (a
-host whose executor came back; not on the first beat): the client looks up their new
-resident servers at once, ``KuduContext._servers_found``. Neither may block.
+``_servers_lost`` in ``spark/api/tablet_servers``); ``on_found`` of those heartbeated now
+and not last time (a host whose executor came back; not on the first beat): the client
+looks up their new resident servers at once (``_servers_found``). Neither may block.
 
 Known limit: tablet servers are discovered when the ``KuduContext`` starts; an executor
 host that appears later is not registered until a new context starts.
