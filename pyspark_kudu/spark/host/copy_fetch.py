@@ -44,6 +44,7 @@ when they are done; the rate cap is process-wide and thread-safe.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import mmap
 import os
@@ -67,7 +68,7 @@ from pyspark_kudu.errors import (
 )
 from pyspark_kudu.fileio import FileIO, make_private_dirs, open_private
 from pyspark_kudu.rpc.auth import secret_from_env
-from pyspark_kudu.spark.host.file_stream import STREAM_ADDRESS_ENV, fetch_range
+from pyspark_kudu.spark.host.file_stream import BUFFER_ALIGN, STREAM_ADDRESS_ENV, fetch_range
 from pyspark_kudu.spark.host.tserver_protocol import ADDRESS_ENV, FileRequest
 from pyspark_kudu.tablet.copy import TabletCopySource
 
@@ -399,6 +400,72 @@ def _as_kudu(e: BaseException, copy: ServedCopy, f: ServedFile | None) -> KuduEr
     return IOError_(f"{what}: writing the fetched bytes failed: {e}")
 
 
+def _open_direct(path: str) -> int:
+    """``path`` opened for writing with ``O_DIRECT``, or -1 where that is not possible (no
+    such flag on this platform, a file system without direct I/O such as tmpfs)."""
+    flag = getattr(os, "O_DIRECT", 0)
+    if not flag:
+        return -1
+    try:
+        return os.open(path, os.O_WRONLY | flag)
+    except OSError:
+        return -1
+
+
+class _SegmentWriter:
+    """Writes a segment's chunks in place, bypassing the page cache where it can.
+
+    The copy's bytes are written once and read by nobody soon, so aligned chunks (the
+    stream's page-aligned buffer at a page-aligned file offset: every chunk of a raw file
+    stream but a file's last) go through a second descriptor opened with ``O_DIRECT``, the
+    rest through the page cache; the file is fsynced when complete either way. On the
+    test VM, buffered writes of new data ran at 350 MB/s (every page cache page a fresh
+    guest page to fault in) while ``O_DIRECT`` wrote the same bytes at 1.6-2.0 GB/s; a
+    200 MB served copy fetched through the page cache spent almost all of its 0.5-0.7 s in
+    its 4 MiB ``pwrite`` calls. A direct write the file system refuses (``EINVAL``: an
+    alignment it does not accept) is done through the page cache, and so is everything
+    after it.
+
+    Thread-safety: one per stream."""
+
+    def __init__(self, fd: int, direct: int) -> None:
+        self._fd = fd
+        self._direct = direct
+
+    def write(self, buf: Any, at: int) -> None:
+        size = buf.size
+        aligned = size - size % BUFFER_ALIGN
+        if (self._direct >= 0 and aligned and at % BUFFER_ALIGN == 0
+                and buf.address % BUFFER_ALIGN == 0):
+            try:
+                done = os.pwrite(self._direct, buf.slice(0, aligned), at)
+            except OSError as e:
+                if e.errno != errno.EINVAL:
+                    raise
+                self._stop_direct()
+                done = 0
+            _write_all(self._fd, buf.slice(done), at + done)
+        else:
+            _write_all(self._fd, buf, at)
+
+    def _stop_direct(self) -> None:
+        os.close(self._direct)
+        self._direct = -1
+
+    def close(self) -> None:
+        if self._direct >= 0:
+            self._stop_direct()
+        os.close(self._fd)
+
+
+def _write_all(fd: int, buf: Any, at: int) -> None:
+    """``buf`` written at ``at`` (``pwrite`` may write less than asked)."""
+    view = memoryview(buf)
+    done = 0
+    while done < len(view):
+        done += os.pwrite(fd, view[done:], at + done)
+
+
 def _fetch_segment(copy: ServedCopy, f: ServedFile, path: str, seg: tuple[int, int, int],
                    secret: bytes, rate: float) -> None:
     offset, length, want = seg
@@ -406,6 +473,7 @@ def _fetch_segment(copy: ServedCopy, f: ServedFile, path: str, seg: tuple[int, i
                       copy.root)
     crc = n = 0
     fd = os.open(path, os.O_WRONLY)
+    out = _SegmentWriter(fd, _open_direct(path))
 
     def put(buf: Any) -> bool:
         """Write the next chunk in place; False once the stream ran past the segment."""
@@ -414,7 +482,7 @@ def _fetch_segment(copy: ServedCopy, f: ServedFile, path: str, seg: tuple[int, i
             n += buf.size
             return False
         _CAP.take(buf.size, rate)
-        os.pwrite(fd, buf, offset + n)
+        out.write(buf, offset + n)
         crc = google_crc32c.extend(crc, buf)
         n += buf.size
         return True
@@ -426,7 +494,7 @@ def _fetch_segment(copy: ServedCopy, f: ServedFile, path: str, seg: tuple[int, i
         else:
             _fetch_flight(copy, req, secret, rate, put)
     finally:
-        os.close(fd)
+        out.close()
     if n != length or crc != want:
         raise CorruptionError(
             f"tablet copy {copy.copy_id} of {copy.tablet_id}: file {f.name} fetched from "

@@ -58,7 +58,7 @@ from pyspark_kudu.errors import (
 )
 from pyspark_kudu.spark.host.tserver_protocol import FileRequest, parse_ticket
 
-__all__ = ["STREAM_ADDRESS_ENV", "FileStreamServer", "fetch_range"]
+__all__ = ["BUFFER_ALIGN", "STREAM_ADDRESS_ENV", "FileStreamServer", "fetch_range"]
 
 #: The ``host:port`` of this host's file stream server, exported by the resident tablet
 #: server to itself and to the workers the executor's daemon forks.
@@ -75,6 +75,9 @@ _HANDSHAKE_TIMEOUT_S = 10.0
 _IO_TIMEOUT_S = 60.0  # no byte moved for this long: the stream is hung
 _SEND_BYTES = 8 << 20  # one sendfile call's range
 _RECV_BYTES = 4 << 20  # the target's reused receive buffer
+#: Alignment of the receive buffer's start: a page, so the target may write its chunks with
+#: ``O_DIRECT`` (:mod:`~pyspark_kudu.spark.host.copy_fetch`).
+BUFFER_ALIGN = 4096
 
 
 def _h(key: bytes, *parts: bytes) -> bytes:
@@ -195,8 +198,9 @@ def fetch_range(address: str, secret: bytes, req: FileRequest,
                 timeout_s: float = _IO_TIMEOUT_S, total_s: float | None = None) -> int:
     """Fetch ``req``'s range from the file stream server at ``address``; ``write(chunk,
     at)`` gets its bytes in order (``at``: the chunk's offset in the range; the chunk is a
-    reused buffer, valid during the call). Returns the bytes received: less than asked if
-    the file ends first.
+    reused buffer starting on a ``BUFFER_ALIGN`` boundary, valid during the call; every
+    chunk but the last is ``_RECV_BYTES`` long). Returns the bytes received: less than asked
+    if the file ends first.
 
     Raises:
         NetworkError: the server is unreachable, or the stream broke.
@@ -263,8 +267,11 @@ class _WriteFailed(Exception):
 def _receive(sock: socket.socket, length: int, write: Callable[[pa.Buffer, int], object],
              deadline: float | None) -> int:
     """The bytes received (fewer if the stream ended early), or -1 past ``deadline``."""
-    buf = pa.allocate_buffer(min(_RECV_BYTES, max(length, 1)))
-    view = memoryview(buf).cast("B")
+    size = min(_RECV_BYTES, max(length, 1))
+    raw = pa.allocate_buffer(size + BUFFER_ALIGN)
+    pad = (-raw.address) % BUFFER_ALIGN
+    view = memoryview(raw).cast("B")[pad:pad + size]  # page-aligned (BUFFER_ALIGN), writable
+    buf = pa.py_buffer(view)
 
     def hand_over(n: int, at: int) -> None:
         try:

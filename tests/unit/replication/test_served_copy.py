@@ -8,6 +8,7 @@ which would deliver staged refs just as a Spark shuffle does, so "no ref in any 
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -18,10 +19,10 @@ import pytest
 
 from pyspark_kudu.rpc.auth import SECRET_ENV
 from pyspark_kudu.schema import ColumnSchema, Schema
-from pyspark_kudu.spark.host import tserver_client
+from pyspark_kudu.spark.host import copy_fetch, tserver_client
 from pyspark_kudu.spark.host.copy_fetch import COPY_IN_DIR, COPY_OUT_DIR, TAIL, ServedCopy
 from pyspark_kudu.spark.host.dataplane import refs_in
-from pyspark_kudu.spark.host.file_stream import STREAM_ADDRESS_ENV
+from pyspark_kudu.spark.host.file_stream import BUFFER_ALIGN, STREAM_ADDRESS_ENV
 from pyspark_kudu.spark.host.handlers import (
     FAILED_FILE,
     PeerRequest,
@@ -299,3 +300,100 @@ def test_segment_crcs_are_the_crc32c_of_each_segments_bytes(
     (tmp_path / "f").write_bytes(data)
     want = tuple(google_crc32c.value(data[o:o + 100]) for o in range(0, size, 100))
     assert copy_fetch._crcs_of(str(tmp_path / "f")) == want
+
+
+def _aligned(data: bytes) -> pa.Buffer:
+    """``data`` in a buffer starting on a page, as a raw file stream hands chunks over."""
+    raw = pa.allocate_buffer(len(data) + BUFFER_ALIGN)
+    pad = (-raw.address) % BUFFER_ALIGN
+    view = memoryview(raw).cast("B")[pad:pad + len(data)]
+    view[:] = data
+    return pa.py_buffer(view)
+
+
+def _flags(fd: int) -> int:
+    import fcntl
+
+    return fcntl.fcntl(fd, fcntl.F_GETFL)
+
+
+def test_fetched_chunks_bypass_the_page_cache_where_aligned_and_land_byte_exact(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A segment's aligned chunks go through an O_DIRECT descriptor, the unaligned rest
+    (a file's last chunk's tail, a chunk at an unaligned offset) through the page cache;
+    the file holds exactly the bytes sent."""
+    path = tmp_path / "f"
+    direct = copy_fetch._open_direct(str(path.touch() or path))
+    if direct < 0:
+        pytest.skip(f"the file system of {tmp_path} refuses O_DIRECT here; the fallback "
+                    f"is tested by the EINVAL test below")
+    assert _flags(direct) & os.O_DIRECT
+    writes: list[tuple[bool, int, int]] = []
+    real = os.pwrite
+
+    def recording(fd: int, data: Any, at: int) -> int:
+        writes.append((bool(_flags(fd) & os.O_DIRECT), at, len(memoryview(data))))
+        return real(fd, data, at)
+
+    monkeypatch.setattr(os, "pwrite", recording)
+    chunk, tail = os.urandom(4 * BUFFER_ALIGN), os.urandom(BUFFER_ALIGN + 123)
+    out = copy_fetch._SegmentWriter(os.open(path, os.O_WRONLY), direct)
+    out.write(_aligned(chunk), 0)
+    out.write(_aligned(tail), len(chunk))
+    out.write(_aligned(b"xyz"), len(chunk) + len(tail))  # an unaligned offset
+    out.close()
+    assert path.read_bytes() == chunk + tail + b"xyz"
+    assert writes == [(True, 0, len(chunk)), (True, len(chunk), BUFFER_ALIGN),
+                      (False, len(chunk) + BUFFER_ALIGN, 123),
+                      (False, len(chunk) + len(tail), 3)]
+
+
+def test_a_direct_write_the_file_system_refuses_goes_through_the_page_cache(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "f"
+    path.touch()
+    direct = os.open(path, os.O_WRONLY)  # stands in for the O_DIRECT descriptor
+    real = os.pwrite
+    refused: list[int] = []
+
+    def refusing(fd: int, data: Any, at: int) -> int:
+        if fd == direct:
+            refused.append(at)
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real(fd, data, at)
+
+    monkeypatch.setattr(os, "pwrite", refusing)
+    a, b = os.urandom(2 * BUFFER_ALIGN), os.urandom(2 * BUFFER_ALIGN)
+    out = copy_fetch._SegmentWriter(os.open(path, os.O_WRONLY), direct)
+    out.write(_aligned(a), 0)
+    out.write(_aligned(b), len(a))  # no second try: direct writes stopped after the refusal
+    out.close()
+    assert path.read_bytes() == a + b
+    assert refused == [0]
+
+
+def test_a_raw_file_stream_hands_over_page_aligned_chunks(tmp_path: Path) -> None:
+    """What lets the target write them with O_DIRECT: every chunk starts on a page, and
+    every one but the last is the full receive buffer (so offsets stay aligned)."""
+    from pyspark_kudu.spark.host import file_stream
+    from pyspark_kudu.spark.host.tserver_protocol import FileRequest
+
+    data = os.urandom(2 * file_stream._RECV_BYTES + 5000)
+    (tmp_path / "f").write_bytes(data)
+    srv = file_stream.FileStreamServer("127.0.0.1", SECRET.encode(),
+                                       lambda req: str(tmp_path / req.path))
+    got: list[tuple[int, int, int]] = []
+    parts: list[bytes] = []
+
+    def write(buf: pa.Buffer, at: int) -> None:
+        got.append((buf.address % BUFFER_ALIGN, at, buf.size))
+        parts.append(buf.to_pybytes())
+
+    try:
+        n = file_stream.fetch_range(srv.address, SECRET.encode(),
+                                    FileRequest("ts", "t", "f"), write)
+    finally:
+        srv.shutdown()
+    assert n == len(data) and b"".join(parts) == data
+    step = file_stream._RECV_BYTES
+    assert got == [(0, 0, step), (0, step, step), (0, 2 * step, 5000)]
