@@ -331,18 +331,23 @@ class MasterService:
         ``follower_unavailable_considered_failed_s``, counted from this master's start for a
         server it never heard from (tablet servers heartbeat every master, so a follower
         that becomes leader knows who is alive; a restarted master waits the full time).
+        ``next_failure_in_s``: the seconds until the next server would count as failed if it
+        stays silent (None: every one already does), so a healer can ask again right then
+        instead of up to its whole interval later.
         """
         cat = self._leader_catalog()
         now = self._clock()
         with self._lock:
             seen = dict(self._last_seen)
-        failed = {u for u in cat.tservers
-                  if now - seen.get(u, self._started) > self._failed_after}
+        silent = {u: now - seen.get(u, self._started) for u in cat.tservers}
+        failed = {u for u, s in silent.items() if s > self._failed_after}
         acts = replication_plan(cat, live=self._live(), failed=failed, rng=self._rng)
         limit = int(body.get("max_actions", 0) or 0)
+        due = [self._failed_after - s for u, s in silent.items() if u not in failed]
         return {"actions": acts[:limit] if limit > 0 else acts,
                 "failed": sorted(failed),
-                "failed_after_s": self._failed_after}
+                "failed_after_s": self._failed_after,
+                "next_failure_in_s": max(0.0, min(due)) if due else None}
 
     def rebalance_plan(self, body: Body) -> Body:
         """Rebalancing moves (see :func:`.redrive.rebalance_actions`); empty while any

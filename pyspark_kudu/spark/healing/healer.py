@@ -3,7 +3,8 @@
 There are no storage daemons (DESIGN §1), so the process that can copy a tablet is a client
 that runs Spark jobs. :class:`Healer` runs in the
 :class:`~pyspark_kudu.spark.api.context.KuduContext` (``spark.kudu.heal.enabled``, default on)
-and, every ``interval_s``:
+and, every ``interval_s`` (sooner when the master is about to count a silent tablet server
+as failed, :meth:`Healer.next_wait`):
 
 1. asks the leader master for its re-replication plan
    (:func:`~pyspark_kudu.master.redrive.replication_plan`): the master alone decides which
@@ -48,6 +49,8 @@ from pyspark_kudu.errors import KuduError
 __all__ = ["HealAction", "Healer", "HealerTarget"]
 
 _log = logging.getLogger(__name__)
+#: How long after a server's expected failure time the daemon asks for a plan again.
+_AFTER_DUE_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,11 @@ class HealerTarget(Protocol):
     def sweep_replicas(self) -> int: ...
 
     def rebalance_plan(self, max_moves: int) -> list[dict[str, Any]]: ...
+
+    def next_failure_in(self) -> float | None:
+        """Seconds until the master counts the next silent server as failed, as of the
+        last plan (None: none pending)."""
+        ...
 
 
 class Healer:
@@ -166,8 +174,20 @@ class Healer:
             self.swept += self._target.sweep_replicas()
         return done
 
+    def next_wait(self) -> float:
+        """How long the daemon waits before its next pass: ``interval_s``, or less when
+        the master will count a silent tablet server as failed sooner (the last plan's
+        ``next_failure_in_s``): the pass then comes right after, so replacing a lost
+        server's replicas starts at the failure threshold, not up to a whole interval
+        later (measured: the first action came 0.1-1.5 s after the master's threshold with
+        a 1 s interval)."""
+        due = self._target.next_failure_in()
+        if due is None:
+            return self.interval_s
+        return min(self.interval_s, max(_AFTER_DUE_S, due + _AFTER_DUE_S))
+
     def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        while not self._stop.wait(self.next_wait()):
             try:
                 while self.heal_once() and not self._stop.is_set():
                     pass  # more steps of a replacement may be due right away

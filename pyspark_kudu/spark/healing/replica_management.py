@@ -76,6 +76,7 @@ class ReplicaManagement:
     _leaders: dict[str, TabletLeader]
     _leader_tables: dict[str, str]
     leases: LeaseKeeper
+    _next_failure_at: float | None = None  # time.monotonic() (``next_failure_in``)
 
     if TYPE_CHECKING:  # provided by KuduContext
         def _report_failed(self, leaders: Iterable[TabletLeader]) -> None: ...
@@ -130,8 +131,17 @@ class ReplicaManagement:
         with self._lock:
             leaders = list(self._leaders.values())
         self._report_failed(leaders)
-        return list(self.master.call("replication_plan",
-                                     {"max_actions": max_actions})["actions"])
+        out = self.master.call("replication_plan", {"max_actions": max_actions})
+        due = out.get("next_failure_in_s")
+        self._next_failure_at = None if due is None else time.monotonic() + float(due)
+        return list(out["actions"])
+
+    def next_failure_in(self) -> float | None:
+        """Seconds until the master would count the next silent tablet server as failed,
+        as of the last plan (None: no server it does not count failed yet); the healer
+        asks for a plan again then (:class:`~pyspark_kudu.spark.healing.healer.Healer`)."""
+        at = self._next_failure_at
+        return None if at is None else max(0.0, at - time.monotonic())
 
     def execute_replication_action(self, action: dict[str, Any]) -> None:
         """Carry out one planned action on the tablet's leader (electing this client for

@@ -62,3 +62,30 @@ def test_heartbeats_reach_every_master_and_a_new_leader_gets_a_full_report(
         assert beaters[0].leader is not None and beaters[0].leader[0] == g.addresses[new.id]
         assert beaters[0].full_reports_sent == sent + 1
         assert full_calls.count(True) == 4  # one per server at first, then ts0 to the new leader
+
+
+def test_a_replication_plan_says_when_the_next_silent_server_will_count_as_failed(
+    tmp_path: Path,
+) -> None:
+    """``next_failure_in_s``: the threshold minus the longest silence among servers not yet
+    failed (the healer asks again right then); None once every server counts as failed."""
+    now = [1000.0]
+    with EmbeddedMaster(str(tmp_path / "wh"), 1, options=FAST,
+                        follower_unavailable_considered_failed_s=30.0) as g, g.client() as c:
+        leader = g.leader()
+        svc = g.services[leader.id]
+        svc._clock = lambda: now[0]  # the service's time, moved by hand
+        for i in range(3):
+            c.heartbeat_to(g.addresses[leader.id], TServerMeta(f"ts{i}", "h", 7050, "/d"))
+        now[0] += 10.0
+        plan = c.call("replication_plan", {})
+        assert plan["failed"] == [] and plan["next_failure_in_s"] == 20.0
+        now[0] += 15.0
+        for i in (1, 2):
+            c.heartbeat_to(g.addresses[leader.id], TServerMeta(f"ts{i}", "h", 7050, "/d"))
+        now[0] += 6.0  # ts0 silent for 31 s: failed; ts1 and ts2 for 6 s
+        plan = c.call("replication_plan", {})
+        assert plan["failed"] == ["ts0"] and plan["next_failure_in_s"] == 24.0
+        now[0] += 100.0
+        plan = c.call("replication_plan", {})
+        assert plan["failed"] == ["ts0", "ts1", "ts2"] and plan["next_failure_in_s"] is None
