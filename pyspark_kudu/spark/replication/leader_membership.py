@@ -92,8 +92,12 @@ class LeaderMembership:
         ok = False
         try:
             # A follower with nothing gets a copy (as in Kudu) unless L has no tablet to
-            # copy (a consensus-only replica): then its whole log.
-            outcome = "compacted" if match == 0 else self._copy_entries(follower, lo, hi)
+            # copy (a consensus-only replica): then its whole log. "Nothing" is a follower
+            # whose log this leader has neither matched nor heard the end of (``nxt`` 1); a
+            # new leader's ``match`` is 0 for every follower, and one that answered with its
+            # last index (a reject hint) gets what it lacks from L's WAL while it holds it.
+            outcome = "compacted" if match == 0 and lo <= 1 else self._copy_entries(
+                follower, lo, hi)
             if outcome == "compacted":
                 copied = self._copy_tablet(follower)
                 if copied < 0:

@@ -286,3 +286,34 @@ def test_a_leader_with_an_apply_backlog_copies_at_its_commit_index_in_four_round
         assert _rows(transport.roots["ts-d"]) == want
     finally:
         use_background_apply(previous)
+
+
+def test_after_a_leader_change_a_lagging_follower_catches_up_from_the_wal_not_by_a_copy(
+    tmp_path: Path,
+) -> None:
+    """A new leader knows nothing of its followers (match 0). One that was down while writes
+    it missed were released from the driver's log mirror answers the first AppendEntries
+    with its last index; the entries it lacks are still in the leader replica's WAL, so it
+    gets them from there: no tablet copy (before, match 0 was taken for "has nothing", and
+    every such follower got a whole tablet copy, in the rounds of the write that met it:
+    the chaos runs' slow writes)."""
+    transport, lead = _setup(tmp_path, TS)
+    lead.propose([_batch(0, 50)])
+    lead.heartbeat()
+    transport.down = {"ts-c"}
+    for k in range(1, 30):
+        lead.propose([_batch(k * 50, 50, "x")])
+    lead.heartbeat()
+    lead.release(lead.node.commit_index if lead.node else 0)
+    lead.abandon("a new leader takes over")
+    new = TabletLeader(TabletReplicas("t", TS), "ts-b", transport)
+    new.elect()
+    transport.down = set()
+    for _ in range(4):
+        new.heartbeat()
+    assert new.copies == 0, f"a lagging follower got a tablet copy ({new.last_catch_up_error})"
+    new.propose([_batch(5000, 5, "after")])
+    new.heartbeat()
+    want = _rows(transport.roots["ts-b"])
+    assert len(want) == 1505
+    assert _rows(transport.roots["ts-c"]) == want
