@@ -333,11 +333,17 @@ def _copy_phase(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     # as a file; reported as copy_flush_s).
     stage_s = max((t[2] - t[1] - t[3] for t in staged), default=0.0)
     flush_s = max((t[3] for t in staged), default=0.0)
-    fetched_bytes, fetch_s = _span([t for x in ins for t in x["fetched"]])
+    fetches = [t for x in ins for t in x["fetched"]]
+    fetched_bytes, fetch_s = _span(fetches)
     transfer_s = stage_s + fetch_s
+    # Each target's own fetch window (its offset from the first start, its seconds): the
+    # span above also holds the skew between the targets' task starts.
+    first = min((t[1] for t in fetches), default=0.0)
+    each = sorted((round(t[1] - first, 3), round(t[2] - t[1], 3)) for t in fetches)
     return {"copy_bytes": n, "copy_phase_s": t1 - t0, "copy_bytes_per_s": n / (t1 - t0),
             "copy_stage_s": stage_s, "copy_flush_s": flush_s, "copy_fetch_s": fetch_s,
             "copy_fetched_bytes": fetched_bytes, "copy_transfer_s": transfer_s,
+            "copy_fetch_windows": each,
             "copy_transfer_bytes_per_s": n / transfer_s if transfer_s > 0 else 0.0,
             "install_round_s": sum(x["s"] for x in ins), "install_rounds": len(ins),
             "copy_path": "+".join(sorted({p for x in ins for p in x["paths"]}))}
@@ -411,7 +417,8 @@ def _print_run(r: dict[str, Any], x: dict[str, Any]) -> None:
     print(f"source MemRowSet flush first {x.get('copy_flush_s', 0):.2f} s; "
           f"copy transfer (staging {x.get('copy_stage_s', 0):.2f} s + fetch "
           f"{x.get('copy_fetch_s', 0):.2f} s) = "
-          f"{x.get('copy_transfer_bytes_per_s', 0) / 1e6:.0f} MB/s; this disk with fsync "
+          f"{x.get('copy_transfer_bytes_per_s', 0) / 1e6:.0f} MB/s (each target's fetch: "
+          f"start offset, seconds: {x.get('copy_fetch_windows')}); this disk with fsync "
           f"{x['disk_bytes_per_s'] / 1e6:.0f} MB/s (probes "
           f"{', '.join(f'{p:.2f}' for p in x['disk_write_probes_s'])} s) -> "
           f"{x['copy_ratio']:.2f}x (goal >= 0.5x)")

@@ -207,6 +207,7 @@ class KuduContext(TabletServers, WritePath, ReplicaManagement):
         self.transport = SparkTransport(sc, self.servers, wal_options,
                                         round_timeout_s=round_timeout)
         self.transport.pull_addresses = self._current_addresses
+        self.transport.secret = self._secret.encode()  # for its calls to resident servers
         self._service = ReplicationService(self.transport)
         self._janitor = StagingJanitor(sc, [s.host for s in self.servers],
                                        self.warehouse if self._local else None)

@@ -46,12 +46,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import logging
 import mmap
 import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -82,9 +83,12 @@ __all__ = [
     "ServedFile",
     "fetch_served_copies",
     "fetched_files",
+    "prefetch_served",
     "served_source",
     "stage_served",
 ]
+
+_log = logging.getLogger(__name__)
 
 SERVED_MAGIC = b"\x00KCPY1"
 COPY_OUT_DIR = "copy-out"
@@ -287,7 +291,99 @@ class FetchReport:
 def fetch_served_copies(root: str, copies: Sequence[tuple[FileIO, ServedCopy]]
                         ) -> FetchReport:
     """Target side (module step 2): fetch each copy into its replica's ``copy-in/`` under
-    ``root``, all of them together (see :class:`FetchReport`)."""
+    ``root``, all of them together (see :class:`FetchReport`).
+
+    A copy fetched here already (by :func:`prefetch_served`: its ``fetched`` marker is
+    there) is not fetched again; the report's window then includes that fetch. Each copy's
+    fetch holds the lock file ``copy-in/<copy id>.lock`` (``flock``), so a prefetch and an
+    install never write one copy at once, in one process or two: the second waits, then
+    finds the copy fetched (or fetches it, if the first failed and removed its files)."""
+    errors: list[KuduError | None] = [None] * len(copies)
+    for k, (_, copy) in enumerate(copies):
+        try:
+            _check_copy_id(copy.copy_id)
+        except InvalidArgumentError as e:
+            errors[k] = e
+    valid = [k for k, e in enumerate(errors) if e is None]
+    with contextlib.ExitStack() as held:
+        for k in sorted(valid, key=lambda k: copies[k][1].copy_id):
+            held.enter_context(_copy_lock(*copies[k], wait=True))
+        windows = {k: _fetched_window(*copies[k]) for k in valid}
+        todo = [k for k in valid if windows[k] is None]
+        report = _fetch_all([copies[k] for k in todo])
+    for k, err in zip(todo, report.errors, strict=True):
+        errors[k] = err
+    spans = [w for w in windows.values() if w is not None] + (
+        [(report.started, report.ended)] if todo else [])
+    if not spans:
+        now = time.time()
+        return FetchReport(errors, now, now)
+    return FetchReport(errors, min(s for s, _ in spans), max(e for _, e in spans))
+
+
+def prefetch_served(io: FileIO, copy: ServedCopy) -> threading.Thread:
+    """Start fetching ``copy`` into the replica at ``io`` on a thread of this process, ahead
+    of the round that installs it: the resident server does this when the leader's client
+    has the copy's manifest (``COPY_OUT``'s answer; ``tablet_server``'s ``prefetch_copy``
+    action), so the bytes move while the driver and Spark set up the install round, and no
+    Spark task launch sits between the targets' starts. The install then finds it fetched
+    (:func:`fetch_served_copies`). The thread does nothing if another fetch of the copy
+    holds its lock or it is fetched already; a failed prefetch removes what it fetched,
+    and the install fetches the copy itself."""
+    def run() -> None:
+        with _copy_lock(io, copy, wait=False) as got:
+            if not got or _fetched_window(io, copy) is not None:
+                return
+            report = _fetch_all([(io, copy)])
+        if report.errors[0] is not None:
+            _log.info("prefetching tablet copy %s of %s failed (the install fetches it): "
+                      "%s", copy.copy_id, copy.tablet_id, report.errors[0])
+
+    t = threading.Thread(target=run, daemon=True, name="kudu-copy-prefetch")
+    t.start()
+    return t
+
+
+def _check_copy_id(copy_id: str) -> None:
+    """A copy id names files and directories: one path component, nothing else."""
+    if not copy_id or os.sep in copy_id or copy_id in (".", "..") or "\0" in copy_id:
+        raise InvalidArgumentError(f"bad tablet copy id {copy_id!r}")
+
+
+@contextlib.contextmanager
+def _copy_lock(io: FileIO, copy: ServedCopy, wait: bool) -> Iterator[bool]:
+    """Hold ``copy-in/<copy id>.lock``; yields False if ``wait`` is off and another fetch
+    holds it."""
+    import fcntl
+
+    make_private_dirs(io.local_path(COPY_IN_DIR))
+    fd = os.open(io.local_path(COPY_IN_DIR, f"{copy.copy_id}.lock"),
+                 os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _fetched_window(io: FileIO, copy: ServedCopy) -> tuple[float, float] | None:
+    """When the complete fetch of ``copy`` here ran, or None if it is not fetched here."""
+    try:
+        with open(io.local_path(COPY_IN_DIR, copy.copy_id, _FETCHED), "rb") as f:
+            mark = json.loads(f.read())
+        if mark.get("copy_id") != copy.copy_id:
+            return None
+        return float(mark["started"]), float(mark["ended"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _fetch_all(copies: Sequence[tuple[FileIO, ServedCopy]]) -> FetchReport:
+    """(Each copy's lock held.) Fetch every copy, together (module step 2)."""
     started = time.time()
     secret = secret_from_env()
     streams, rate = _settings()
@@ -352,7 +448,8 @@ def fetch_served_copies(root: str, copies: Sequence[tuple[FileIO, ServedCopy]]
         if errors[k] is None:
             try:
                 with open_private(os.path.join(base, _FETCHED), "wb") as m:
-                    m.write(copy.copy_id.encode())
+                    m.write(json.dumps({"copy_id": copy.copy_id, "started": started,
+                                        "ended": time.time()}).encode())
             except (KuduError, OSError) as e:
                 errors[k] = _as_kudu(e, copy, None)
         if errors[k] is not None:

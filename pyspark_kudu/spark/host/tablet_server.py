@@ -77,6 +77,7 @@ from pyspark_kudu.spark.host.maintenance_manager import MaintenanceManager
 from pyspark_kudu.spark.host.replica_cache import memory_report
 from pyspark_kudu.spark.host.tserver_protocol import (
     ADDRESS_ENV,
+    PREFETCH_ACTION,
     SERVE_ACTION,
     FileRequest,
     ScanRequest,
@@ -168,6 +169,28 @@ def _serve(body: bytes) -> bytes:
         return serve_encoded(body, _note_root)
     with _applier.foreground():
         return serve_encoded(body, _note_root)
+
+
+def _prefetch(body: bytes) -> bool:
+    """Start fetching a served tablet copy into a replica of this host ahead of the round
+    that installs it (:func:`~pyspark_kudu.spark.host.copy_fetch.prefetch_served`); False
+    if there is nothing to do (no such replica here, or it applied the copy's index
+    already: installed). The caller proved it holds the application's credential."""
+    from pyspark_kudu.spark.host.copy_fetch import ServedCopy, prefetch_served
+    from pyspark_kudu.spark.host.handlers import tablet_dir
+    from pyspark_kudu.spark.host.replica_apply import read_applied
+    from pyspark_kudu.wal.meta import META_FILE
+
+    req = json.loads(body)
+    copy = ServedCopy.decode(str(req["manifest"]).encode("latin-1"))
+    if copy is None:
+        raise InvalidArgumentError("prefetch_copy needs a served tablet copy's manifest")
+    root = _root_for(str(req["ts_uuid"]), req.get("root"), None)
+    io = tablet_dir(root, copy.tablet_id)
+    if not io.exists(META_FILE) or read_applied(io) >= int(req["index"]):
+        return False
+    prefetch_served(io, copy)
+    return True
 
 
 _applier: BackgroundApplier | None = None
@@ -350,6 +373,13 @@ def _make_server(host: str, secret: bytes, tls: TlsConfig | None = None) -> Any:
                     self.rounds_served += 1
                 yield fl.Result(out)
                 return
+            if action.type == PREFETCH_ACTION:
+                try:
+                    started = _prefetch(action.body.to_pybytes())
+                except (KuduError, OSError, ValueError) as e:
+                    raise _flight_error(e) from e
+                yield fl.Result(json.dumps({"started": started}).encode())
+                return
             if action.type != "ping":
                 raise _flight_error(InvalidArgumentError(
                     f"unknown tablet server action {action.type!r}"))
@@ -367,7 +397,9 @@ def _make_server(host: str, secret: bytes, tls: TlsConfig | None = None) -> Any:
 
         def list_actions(self, context: Any) -> list[tuple[str, str]]:
             return [("ping", "this server's address and default data root"),
-                    (SERVE_ACTION, "serve a replication round task of this host")]
+                    (SERVE_ACTION, "serve a replication round task of this host"),
+                    (PREFETCH_ACTION, "start fetching a served tablet copy into a replica "
+                                      "of this host")]
 
     return TabletServerFlight()
 

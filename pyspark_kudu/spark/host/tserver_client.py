@@ -35,6 +35,7 @@ from pyspark_kudu.rpc.tls import TlsHandshakeError, location, tls_from_env
 from pyspark_kudu.schema import Predicate, Schema
 from pyspark_kudu.spark.host.tserver_protocol import (
     FILES_KEY,
+    PREFETCH_ACTION,
     SERVE_ACTION,
     FileRequest,
     ScanRequest,
@@ -43,8 +44,8 @@ from pyspark_kudu.spark.host.tserver_protocol import (
 )
 from pyspark_kudu.tablet.scan import combine, fragment_batches, rowset_filter
 
-__all__ = ["fetch_file", "fetch_file_buffers", "fetch_staged", "ping", "read_shared",
-           "scan_remote", "scan_shared", "serve_remote"]
+__all__ = ["fetch_file", "fetch_file_buffers", "fetch_staged", "ping", "prefetch_copy",
+           "read_shared", "scan_remote", "scan_shared", "serve_remote"]
 
 _CONNECT_TIMEOUT_S = 10.0
 
@@ -184,6 +185,31 @@ def serve_remote(address: str, secret: bytes, body: bytes) -> bytes:
         return out
     except (pa.ArrowException, fl.FlightError) as e:
         raise _translate(e, address, "serving a round task") from e
+    finally:
+        client.close()
+
+
+def prefetch_copy(address: str, secret: bytes, ts_uuid: str, root: str | None,
+                  manifest: bytes, index: int, *, timeout_s: float = _CONNECT_TIMEOUT_S
+                  ) -> bool:
+    """Have the resident tablet server at ``address`` start fetching the served tablet copy
+    ``manifest`` (an ``INSTALL_COPY`` entry's data) into tablet server ``ts_uuid``'s replica
+    (data root ``root``, None: the host's), to be installed at log index ``index``; returns
+    whether it started (see :func:`~pyspark_kudu.spark.host.copy_fetch.prefetch_served`).
+
+    Raises:
+        NetworkError: the server is unreachable.
+        KuduError: the server's own refusal, rebuilt.
+    """
+    body = json.dumps({"ts_uuid": ts_uuid, "root": root, "index": index,
+                       "manifest": manifest.decode("latin-1")}).encode()
+    client = _connect(address, secret, timeout_s)
+    try:
+        (res,) = list(client.do_action(fl.Action(PREFETCH_ACTION, body),
+                                       fl.FlightCallOptions(timeout=timeout_s)))
+        return bool(json.loads(res.body.to_pybytes())["started"])
+    except (pa.ArrowException, fl.FlightError) as e:
+        raise _translate(e, address, "prefetching a tablet copy") from e
     finally:
         client.close()
 

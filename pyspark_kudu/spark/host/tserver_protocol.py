@@ -37,6 +37,7 @@ from pyspark_kudu.schema import Predicate, PredicateOp
 
 __all__ = [
     "ADDRESS_ENV",
+    "PREFETCH_ACTION",
     "SERVE_ACTION",
     "FileRequest",
     "ScanRequest",
@@ -55,6 +56,10 @@ ADDRESS_ENV = "PYSPARK_KUDU_TSERVER_ADDRESS"
 #: ``DoAction`` type of a round task's requests, served by its own host's tablet server
 #: (:func:`~pyspark_kudu.spark.host.tserver_client.serve_remote`).
 SERVE_ACTION = "serve"
+#: ``DoAction`` type that starts fetching a served tablet copy into a replica of the
+#: server's host ahead of its install round
+#: (:func:`~pyspark_kudu.spark.host.tserver_client.prefetch_copy`).
+PREFETCH_ACTION = "prefetch_copy"
 
 
 def _ipc(batch: pa.RecordBatch) -> str:

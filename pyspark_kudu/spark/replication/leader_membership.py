@@ -32,7 +32,7 @@ from pyspark_kudu.consensus.raft import RaftNode
 from pyspark_kudu.errors import IllegalStateError, ProposalDroppedError, RoundFailedError
 from pyspark_kudu.spark.host.handlers import PeerRequest, PeerResponse, RequestKind
 from pyspark_kudu.spark.host.tabletcopy import served_copy
-from pyspark_kudu.spark.replication.peer_transport import MAX_ROUNDS
+from pyspark_kudu.spark.replication.peer_transport import MAX_ROUNDS, PeerTransport
 
 __all__ = ["LeaderMembership"]
 
@@ -57,6 +57,7 @@ class LeaderMembership:
     node: RaftNode | None
     copies: int
     config_index: int
+    _transport: PeerTransport
     last_catch_up_error: str
     #: Set once a served copy (fetched from L's resident tablet server) failed to install:
     #: this leader's later copies travel by shuffle (COPY_OUT ``as_refs``).
@@ -193,6 +194,7 @@ class LeaderMembership:
             copy_id = uuid.uuid4().hex
             out = self._round_with({ts: fresh,
                                     self.leader_id: [self._copy_out_request(copy_id)]})
+            self._prefetch(ts, _first(out.get(self.leader_id)))
             if not _all_ok(out.get(ts)):
                 # The change may commit without the new replica (it is no voter); it then
                 # catches up like any follower once it exists.
@@ -266,6 +268,17 @@ class LeaderMembership:
         finally:
             self._defer(PeerRequest(RequestKind.DROP_COPY, self.tablet.tablet_id,
                                     self.leader_id, copy_id=copy_id))
+
+    def _prefetch(self, ts: str, copied: PeerResponse | None) -> None:
+        """A served copy in ``copied`` (COPY_OUT's answer) starts moving to ``ts`` now, if
+        the transport can ask its host's resident server (``PeerTransport``): the bytes move
+        while this driver applies the change and Spark launches the install round, which
+        then finds them fetched."""
+        prefetch = getattr(self._transport, "prefetch_copy", None)
+        if prefetch is None or copied is None or not copied.ok or not copied.entries:
+            return
+        if served_copy(copied.entries) is not None:
+            prefetch(ts, self.tablet.tablet_id, copied.entries[0].data, copied.last_index)
 
     def _copy_out_request(self, copy_id: str) -> PeerRequest:
         """COPY_OUT on L's host: a served copy unless one failed before (module docs)."""

@@ -15,8 +15,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
+from pyspark_kudu.spark.host.copy_fetch import ServedCopy, prefetch_served
 from pyspark_kudu.spark.host.dataplane import read_staged, refs_in
-from pyspark_kudu.spark.host.handlers import PeerRequest, PeerResponse, handle_requests
+from pyspark_kudu.spark.host.handlers import (
+    PeerRequest,
+    PeerResponse,
+    handle_requests,
+    tablet_dir,
+)
 from pyspark_kudu.wal import WalOptions
 
 __all__ = [
@@ -36,6 +42,12 @@ class PeerTransport(Protocol):
 
     A tablet server whose task failed maps to ``None``. ``unreachable()`` names the tablet
     servers the transport knows cannot run a task now (their host has no executor).
+
+    Optionally, ``prefetch_copy(ts, tablet_id, manifest, index)`` has tablet server ``ts``
+    start fetching a served tablet copy before the round that installs it (best effort,
+    returns at once; :meth:`SparkTransport.prefetch_copy
+    <pyspark_kudu.spark.replication.spark_rounds.SparkTransport.prefetch_copy>`). A
+    transport without it installs copies with the fetch inside the install round.
     """
 
     def run(self, requests: Mapping[str, Sequence[PeerRequest]]) -> dict[
@@ -64,13 +76,24 @@ def run_with_retries(transport: PeerTransport, reqs: Mapping[str, Sequence[PeerR
 
 
 class DirectTransport:
-    """Runs every tablet server's requests in this process. ``down`` simulates dead hosts."""
+    """Runs every tablet server's requests in this process. ``down`` simulates dead hosts.
+    With ``prefetch`` on, ``prefetch_copy`` fetches a served copy at once, in this process,
+    as a resident server would in the background (``prefetched`` records each)."""
 
     def __init__(self, roots: Mapping[str, str], options: WalOptions | None = None) -> None:
         self.roots = dict(roots)
         self.options = options
         self.down: set[str] = set()
         self.rounds = 0
+        self.prefetch = False
+        self.prefetched: list[tuple[str, str, int]] = []
+
+    def prefetch_copy(self, ts: str, tablet_id: str, manifest: bytes, index: int) -> None:
+        copy = ServedCopy.decode(manifest)
+        if not self.prefetch or ts in self.down or copy is None:
+            return
+        self.prefetched.append((ts, tablet_id, index))
+        prefetch_served(tablet_dir(self.roots[ts], tablet_id), copy).join()
 
     def run(self, requests: Mapping[str, Sequence[PeerRequest]]) -> dict[
         str, list[PeerResponse] | None

@@ -61,6 +61,12 @@ class SharedRounds:
     def unreachable(self) -> set[str]:
         return self._inner.unreachable()
 
+    def prefetch_copy(self, ts: str, tablet_id: str, manifest: bytes, index: int) -> None:
+        """The inner transport's, if it prefetches copies (see ``PeerTransport``)."""
+        prefetch = getattr(self._inner, "prefetch_copy", None)
+        if prefetch is not None:
+            prefetch(ts, tablet_id, manifest, index)
+
     def run(self, requests: Mapping[str, Sequence[PeerRequest]]) -> _Out:
         if not requests:
             return {}

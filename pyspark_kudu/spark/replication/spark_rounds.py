@@ -65,7 +65,7 @@ from typing import Any
 from pyspark import SparkContext
 from pyspark.serializers import BatchedSerializer, CPickleSerializer
 
-from pyspark_kudu.errors import InvalidArgumentError
+from pyspark_kudu.errors import InvalidArgumentError, KuduError
 from pyspark_kudu.master.entities import TServerMeta
 from pyspark_kudu.spark.host.dataplane import StagedRef, refs_in
 from pyspark_kudu.spark.host.handlers import PeerRequest, PeerResponse
@@ -90,6 +90,7 @@ _log = logging.getLogger(__name__)
 #: failed round. Generous: a tablet copy's round moves the whole tablet (~6 s per 400 MB
 #: measured on the test machine, ``benchmarks/recovery.py``).
 DEFAULT_ROUND_TIMEOUT_S = 300.0
+_PREFETCH_TIMEOUT_S = 10.0  # asking a server to prefetch a copy (it answers at once)
 #: Seconds a host that did not answer a probe stays out of rounds (it is probed again then).
 DEFAULT_SUSPECT_S = 30.0
 
@@ -166,6 +167,10 @@ class SparkTransport:
         #: context's; an executor replaced since its server was discovered is left out,
         #: so rounds from its host shuffle); None: the addresses given at construction.
         self.pull_addresses: Callable[[], Mapping[str, str]] | None = None
+        #: The application's credential, for calls to the resident servers
+        #: (:meth:`prefetch_copy`); b"": none made.
+        self.secret = b""
+        self.prefetches = 0  # tablet copies a target's server was asked to prefetch
         self.failed_rounds = 0
         self.timed_out_rounds = 0
         self.lost_executor_rounds = 0
@@ -187,6 +192,33 @@ class SparkTransport:
             for h in [h for h, until in self._suspects.items() if until <= now]:
                 del self._suspects[h]
             return set(self._suspects)
+
+    def prefetch_copy(self, ts: str, tablet_id: str, manifest: bytes, index: int) -> None:
+        """Ask tablet server ``ts``'s resident server, straight from the driver and in the
+        background, to start fetching the served tablet copy ``manifest`` (to be installed
+        at ``index``) before the install round reaches it
+        (:func:`~pyspark_kudu.spark.host.copy_fetch.prefetch_served`). Best effort: without
+        a current address or credential nothing is asked, and a refusal or an unreachable
+        server only means the install round fetches the copy itself."""
+        loc = self._servers.get(ts)
+        addresses = (dict(self.pull_addresses()) if self.pull_addresses is not None else
+                     {s.host: s.address for s in self._servers.values() if s.address})
+        address = addresses.get(loc.host) if loc is not None else None
+        if loc is None or not address or not self.secret:
+            return
+        self.prefetches += 1
+
+        def ask() -> None:
+            from pyspark_kudu.spark.host.tserver_client import prefetch_copy
+
+            try:
+                prefetch_copy(address, self.secret, ts, loc.root, manifest, index,
+                              timeout_s=_PREFETCH_TIMEOUT_S)
+            except KuduError as e:
+                _log.info("tablet %s: prefetching its copy on %s failed (the install "
+                          "round fetches it): %s", tablet_id, loc.host, e)
+
+        threading.Thread(target=ask, daemon=True, name="kudu-copy-prefetch-ask").start()
 
     def unreachable(self) -> set[str]:
         if self._local:

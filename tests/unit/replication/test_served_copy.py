@@ -92,6 +92,9 @@ class _Recording:
     def unreachable(self) -> set[str]:
         return self.inner.unreachable()
 
+    def prefetch_copy(self, ts: str, tablet_id: str, manifest: bytes, index: int) -> None:
+        self.inner.prefetch_copy(ts, tablet_id, manifest, index)
+
 
 @pytest.fixture(params=["streams", "flight"])
 def server(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[Any]:
@@ -397,3 +400,89 @@ def test_a_raw_file_stream_hands_over_page_aligned_chunks(tmp_path: Path) -> Non
     assert n == len(data) and b"".join(parts) == data
     step = file_stream._RECV_BYTES
     assert got == [(0, 0, step), (0, step, step), (0, 2 * step, 5000)]
+
+
+def test_a_prefetched_copy_is_installed_without_being_fetched_again(
+        tmp_path: Path, server: Any) -> None:
+    """The leader asks the new replica's host to fetch the copy as soon as COPY_OUT has
+    answered; the install round then finds it fetched: the source served its bytes once,
+    and the install's fetch window is the prefetch's."""
+    transport, lead = _setup(tmp_path)
+    transport.inner.prefetch = True
+    before = _stats(server)["file_bytes_served"]
+    lead.add_replica("ts-d")
+    lead.heartbeat()
+    (install,) = [r for r in transport.requests if r.kind == RequestKind.INSTALL_COPY]
+    copy = served_copy(install.entries)
+    assert copy is not None
+    assert transport.inner.prefetched == [("ts-d", "t", copy_index(install))]
+    assert _stats(server)["file_bytes_served"] - before == copy.total_bytes, \
+        "the install must reuse the prefetched files, not fetch them again"
+    roots = transport.inner.roots
+    assert _rows(roots["ts-d"]) == _rows(roots["ts-a"]) and len(_rows(roots["ts-a"])) == 600
+    assert not tablet_dir(roots["ts-d"], "t").exists(COPY_IN_DIR)
+
+
+def copy_index(install: PeerRequest) -> int:
+    assert install.snapshot is not None
+    return install.snapshot.index
+
+
+def test_an_install_waits_for_a_prefetch_in_flight_and_uses_its_files(
+        tmp_path: Path, server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The per-copy lock: an install that arrives while the prefetch still fetches waits for
+    it, then installs its files; the bytes travel once."""
+    import threading
+
+    roots, out = _copy_out(tmp_path)
+    copy = served_copy(out.entries)
+    assert copy is not None
+    release = threading.Event()
+    entered = threading.Event()
+    real = copy_fetch._fetch_segment
+
+    def slow(*args: Any) -> None:
+        entered.set()
+        assert release.wait(60), "the test never released the prefetch"
+        real(*args)
+
+    monkeypatch.setattr(copy_fetch, "_fetch_segment", slow)
+    before = _stats(server)["file_bytes_served"]
+    prefetch = copy_fetch.prefetch_served(tablet_dir(roots["ts-d"], "t"), copy)
+    assert entered.wait(60), "the prefetch never started fetching"
+    done: list[PeerResponse] = []
+    install = threading.Thread(target=lambda: done.append(_install(roots, out)))
+    install.start()
+    install.join(0.5)
+    assert install.is_alive() and not done, "the install must wait for the prefetch's lock"
+    release.set()
+    prefetch.join(60)
+    install.join(60)
+    assert done and done[0].ok and done[0].installed, done
+    assert _stats(server)["file_bytes_served"] - before == copy.total_bytes
+    assert _rows(roots["ts-d"]) == _rows(roots["ts-a"])
+
+
+def test_a_resident_server_prefetches_a_copy_when_asked_and_not_once_installed(
+        tmp_path: Path, server: Any) -> None:
+    """The ``prefetch_copy`` action: the server starts the fetch and answers at once; the
+    install then reuses it. Asked again once the copy is installed, it does nothing."""
+    from tests.waiting import wait_until
+
+    roots, out = _copy_out(tmp_path)
+    copy = served_copy(out.entries)
+    assert copy is not None
+    address, secret = f"127.0.0.1:{server.port}", SECRET.encode()
+    ts_d = ensure_instance(roots["ts-d"]).uuid
+    before = _stats(server)["file_bytes_served"]
+    assert tserver_client.prefetch_copy(address, secret, ts_d, roots["ts-d"],
+                                        out.entries[0].data, out.last_index)
+    io = tablet_dir(roots["ts-d"], "t")
+    wait_until(lambda: io.exists(COPY_IN_DIR, copy.copy_id, "fetched"), 60,
+               "the prefetched copy's fetched marker")
+    resp = _install(roots, out)
+    assert resp.ok and resp.installed, resp.error
+    assert _stats(server)["file_bytes_served"] - before == copy.total_bytes
+    assert not tserver_client.prefetch_copy(address, secret, ts_d, roots["ts-d"],
+                                            out.entries[0].data, out.last_index)
+    assert _rows(roots["ts-d"]) == _rows(roots["ts-a"])
