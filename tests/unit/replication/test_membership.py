@@ -119,8 +119,9 @@ def test_one_change_at_a_time_and_the_leader_is_not_evicted_by_itself(tmp_path: 
         lead.remove_replica("ts-a")
 
 
-def test_a_follower_behind_the_leaders_wal_gets_a_tablet_copy(tmp_path: Path) -> None:
-    transport, lead = _setup(tmp_path, TS)
+def _writes_ts_c_misses(transport: DirectTransport, lead: TabletLeader) -> None:
+    """One write everyone has, then 29 that ts-c (down) misses, released from the driver's
+    log mirror: ts-c can only get them from a replica's WAL or a copy."""
     lead.propose([_batch(0, 50)])
     lead.heartbeat()
     transport.down = {"ts-c"}
@@ -128,6 +129,11 @@ def test_a_follower_behind_the_leaders_wal_gets_a_tablet_copy(tmp_path: Path) ->
         lead.propose([_batch(k * 50, 50, "x")])
     lead.heartbeat()
     lead.release(lead.node.commit_index if lead.node else 0)
+
+
+def test_a_follower_behind_the_leaders_wal_gets_a_tablet_copy(tmp_path: Path) -> None:
+    transport, lead = _setup(tmp_path, TS)
+    _writes_ts_c_misses(transport, lead)
     # The leader replica flushes and garbage-collects its WAL past what ts-c has.
     root_a = transport.roots["ts-a"]
     with replica_storage(root_a, "t", OPTS) as st:
@@ -212,16 +218,14 @@ def test_an_add_cut_short_after_its_learner_entry_resumes_and_creates_the_replic
     assert len(_rows(transport.roots["ts-d"])) == 300
 
 
-def test_replacing_a_replica_takes_four_rounds_and_keeps_every_row(tmp_path: Path) -> None:
-    """3-4-3 in four rounds when nothing fails: (1) ADD_LEARNER entry + WIPE/CREATE of the
-    new replica + COPY_OUT at L's applied index; (2) INSTALL_COPY, the bridge AppendEntries
-    with the ADD_LEARNER entry, the commit notice; (3) ADD_VOTER entry + DROP_COPY; (4) the
-    REMOVE entry, led by the ADD_VOTER commit notice. Commits are applied in the driver
-    without a round of their own; the REMOVE's notice leads the next round."""
-    transport, lead = _setup(tmp_path)
+def _five_batches(lead: TabletLeader) -> None:
     for k in range(5):
         lead.propose([_batch(k * 100, 100)])
     lead.heartbeat()
+
+
+def _replace_c_by_d(transport: DirectTransport, lead: TabletLeader) -> list[list[str]]:
+    """Replace ts-c by ts-d (3-4-3); returns the request kinds of each round it ran."""
     kinds: list[list[str]] = []
     run = transport.run
 
@@ -230,9 +234,23 @@ def test_replacing_a_replica_takes_four_rounds_and_keeps_every_row(tmp_path: Pat
         return run(reqs)
 
     transport.run = counting  # type: ignore[method-assign]
-    lead.add_replica("ts-d")
-    lead.remove_replica("ts-c")
-    transport.run = run  # type: ignore[method-assign]
+    try:
+        lead.add_replica("ts-d")
+        lead.remove_replica("ts-c")
+    finally:
+        transport.run = run  # type: ignore[method-assign]
+    return kinds
+
+
+def test_replacing_a_replica_takes_four_rounds_and_keeps_every_row(tmp_path: Path) -> None:
+    """3-4-3 in four rounds when nothing fails: (1) ADD_LEARNER entry + WIPE/CREATE of the
+    new replica + COPY_OUT at L's applied index; (2) INSTALL_COPY, the bridge AppendEntries
+    with the ADD_LEARNER entry, the commit notice; (3) ADD_VOTER entry + DROP_COPY; (4) the
+    REMOVE entry, led by the ADD_VOTER commit notice. Commits are applied in the driver
+    without a round of their own; the REMOVE's notice leads the next round."""
+    transport, lead = _setup(tmp_path)
+    _five_batches(lead)
+    kinds = _replace_c_by_d(transport, lead)
     assert len(kinds) == 4, kinds
     assert "copy_out" in kinds[0] and "install_copy" in kinds[1], kinds
     assert lead.copies == 1
@@ -257,23 +275,11 @@ def test_a_leader_with_an_apply_backlog_copies_at_its_commit_index_in_four_round
     previous = use_background_apply(bg)
     try:
         transport, lead = _setup(tmp_path)
-        for k in range(5):
-            lead.propose([_batch(k * 100, 100)])
-        lead.heartbeat()
+        _five_batches(lead)
         committed = lead.node.commit_index if lead.node is not None else 0
         assert read_applied(tablet_dir(transport.roots["ts-a"], "t")) < committed, \
             "the set-up must leave the leader replica with a backlog"
-        kinds: list[list[str]] = []
-        run = transport.run
-
-        def counting(reqs):  # type: ignore[no-untyped-def]
-            kinds.append(sorted({r.kind.value for rs in reqs.values() for r in rs}))
-            return run(reqs)
-
-        transport.run = counting  # type: ignore[method-assign]
-        lead.add_replica("ts-d")
-        lead.remove_replica("ts-c")
-        transport.run = run  # type: ignore[method-assign]
+        kinds = _replace_c_by_d(transport, lead)
         assert lead.copies == 1, f"one tablet copy, not {lead.copies}: {kinds}"
         assert len(kinds) == 4, kinds
         while bg.run_once():
@@ -298,13 +304,7 @@ def test_after_a_leader_change_a_lagging_follower_catches_up_from_the_wal_not_by
     every such follower got a whole tablet copy, in the rounds of the write that met it:
     the chaos runs' slow writes)."""
     transport, lead = _setup(tmp_path, TS)
-    lead.propose([_batch(0, 50)])
-    lead.heartbeat()
-    transport.down = {"ts-c"}
-    for k in range(1, 30):
-        lead.propose([_batch(k * 50, 50, "x")])
-    lead.heartbeat()
-    lead.release(lead.node.commit_index if lead.node else 0)
+    _writes_ts_c_misses(transport, lead)
     lead.abandon("a new leader takes over")
     new = TabletLeader(TabletReplicas("t", TS), "ts-b", transport)
     new.elect()
