@@ -12,12 +12,14 @@ resident tablet server's job). No Spark shuffle, no driver, no Python -> JVM -> 
    the CRC32C of each of its segments go into a :class:`ServedCopy` manifest with this
    host's resident server address, its tablet-server uuid and data root: the only thing
    the round carries (an entry of a few hundred bytes instead of the part bytes).
-2. **Target** (``INSTALL_COPY``, before the replica lock is taken,
-   :func:`fetch_served_copies`): the pinned task (or the target host's resident server
-   serving the round) pulls every file from the source's server into
-   ``<tablet>/copy-in/<copy id>/``: over the server's raw file streams
-   (:mod:`~pyspark_kudu.spark.host.file_stream`: ``sendfile`` at the source, one reused
-   4 MiB buffer per stream at the target), or, where the source has none (TLS), over
+2. **Target** (:func:`prefetch_served`, asked by the driver as soon as the source answered;
+   else ``INSTALL_COPY``, before the replica lock is taken, :func:`fetch_served_copies`):
+   the target host's resident server (or the pinned task serving the round) pulls every
+   file from the source's server into ``<tablet>/copy-in/<copy id>/``, holding that copy's
+   lock file: over the server's raw file streams
+   (:mod:`~pyspark_kudu.spark.host.file_stream`: ``sendfile`` at the source, one reused,
+   page-aligned 4 MiB buffer per stream at the target, written with ``O_DIRECT`` where
+   aligned), or, where the source has none (TLS), over
    Flight ``DoGet`` (:func:`~pyspark_kudu.spark.host.tserver_client.fetch_file_buffers`, a
    few 4 MiB batches in memory per stream); each file in segments of ``SEGMENT_BYTES``
    (32 MiB) fetched as separate streams written in place, every segment's size and CRC32C
@@ -26,7 +28,8 @@ resident tablet server's job). No Spark shuffle, no driver, no Python -> JVM -> 
    ``PYSPARK_KUDU_COPY_STREAMS`` (default 4) streams at a time, together at most
    ``PYSPARK_KUDU_COPY_MAX_MB_S`` MB/s per process (default 0: no cap) -- both read from
    the environment of the process serving the round (``spark.executorEnv.*``). When every
-   file is in, a ``fetched`` marker is written; only then may the install (replica lock held,
+   file is in, a ``fetched`` marker is written (with the fetch's window; an install that
+   finds it fetches nothing); only then may the install (replica lock held,
    :func:`~pyspark_kudu.spark.host.tabletcopy.install_copy`) move the files into place and
    write the superblock last, exactly as for a shuffled copy.
 
