@@ -84,6 +84,7 @@ __all__ = [
     "FetchReport",
     "ServedCopy",
     "ServedFile",
+    "check_copy_id",
     "fetch_served_copies",
     "fetched_files",
     "prefetch_served",
@@ -304,7 +305,7 @@ def fetch_served_copies(root: str, copies: Sequence[tuple[FileIO, ServedCopy]]
     errors: list[KuduError | None] = [None] * len(copies)
     for k, (_, copy) in enumerate(copies):
         try:
-            _check_copy_id(copy.copy_id)
+            check_copy_id(copy.copy_id)
         except InvalidArgumentError as e:
             errors[k] = e
     valid = [k for k, e in enumerate(errors) if e is None]
@@ -347,7 +348,7 @@ def prefetch_served(io: FileIO, copy: ServedCopy) -> threading.Thread:
     return t
 
 
-def _check_copy_id(copy_id: str) -> None:
+def check_copy_id(copy_id: str) -> None:
     """A copy id names files and directories: one path component, nothing else."""
     if not copy_id or os.sep in copy_id or copy_id in (".", "..") or "\0" in copy_id:
         raise InvalidArgumentError(f"bad tablet copy id {copy_id!r}")

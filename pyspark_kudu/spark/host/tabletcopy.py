@@ -81,13 +81,13 @@ from pyspark_kudu.consensus.messages import (
 from pyspark_kudu.errors import (
     CorruptionError,
     IllegalStateError,
-    InvalidArgumentError,
     KuduError,
 )
 from pyspark_kudu.fileio import FileIO, make_private_dirs, open_private
 from pyspark_kudu.spark.host.copy_fetch import (
     COPY_IN_DIR,
     ServedCopy,
+    check_copy_id,
     drop_served,
     fetch_served_copies,
     fetched_files,
@@ -136,17 +136,12 @@ class CopyOut:
         return part_refs(self.parts)
 
 
-def _check_id(copy_id: str) -> None:
-    if not copy_id or os.sep in copy_id or copy_id in (".", "..") or "\0" in copy_id:
-        raise InvalidArgumentError(f"bad tablet copy id {copy_id!r}")
-
-
 def copy_out(root: str, host: str, tablet_id: str, handle: ReplicaHandle, applied: int,
              copy_id: str, part_bytes: int | None = None, served: bool = True) -> CopyOut:
     """Source side (see module step 1). ``root`` is this host's data root, ``handle`` the
     replica held locked by the request. ``served``: stage a served copy when this host's
     resident server is known (else, or without ``served``, parts for a shuffle)."""
-    _check_id(copy_id)
+    check_copy_id(copy_id)
     part_bytes = part_bytes or PART_BYTES
     if not handle.io.exists(SUPERBLOCK_FILE):
         raise IllegalStateError(
@@ -222,7 +217,7 @@ def _framed(chunks: Iterable[CopyChunk]) -> Iterator[bytes]:
 
 def drop_copy(root: str, io: FileIO, copy_id: str) -> None:
     """Remove what ``COPY_OUT`` staged for copy ``copy_id`` on this host (either path)."""
-    _check_id(copy_id)
+    check_copy_id(copy_id)
     remove_staging(root, [f"copy-{copy_id}"])
     drop_served(io, copy_id)
 
@@ -291,7 +286,7 @@ def install_copy(root: str, tablet_id: str, handle: ReplicaHandle, copy_id: str,
                  snapshot: SnapshotMetadata) -> bool:
     """Target side (see module step 2). ``parts`` are delivered part bytes numbered from
     ``first_part``; returns True once the copy is installed (all ``total_parts`` here)."""
-    _check_id(copy_id)
+    check_copy_id(copy_id)
     io: FileIO = handle.io
     storage = handle.storage
     if storage.first_index() - 1 >= snapshot.index or storage.initial_state()[0].commit > \
