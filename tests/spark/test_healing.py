@@ -101,6 +101,43 @@ def test_a_replace_marked_replica_is_replaced_3_4_3_and_its_files_swept(
     assert kudu.sweep_replicas() == 0
 
 
+def test_a_replacement_whose_eviction_failed_after_the_promotion_is_finished(
+    spark: SparkSession, kudu: KuduContext, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A CI fault run: the new replica was added and promoted (four voters, committed), then
+    evicting the replaced one did not commit (a host of the majority was away). The catalog
+    must hear of the new voter at once, and the next passes finish the replacement."""
+    from pyspark_kudu.errors import RoundFailedError
+    from pyspark_kudu.spark.replication.tablet_leader import TabletLeader
+
+    kudu.create_table("e", STRUCT, keys=["id"], replicas=3,
+                      partitioning=PartitionSchema((HashDimension(("id",), 2),)))
+    kudu.upsert_rows(spark.createDataFrame([(i, "e") for i in range(60)], STRUCT), "e")
+    tablet = kudu.master.get_table("e").tablets[0]
+    marked = next(v for v in tablet.voters if v != tablet.leader)
+    spare = next(s.uuid for s in kudu.servers if tablet.replica(s.uuid) is None)
+    evict = TabletLeader.remove_replica
+
+    def not_committed(self: TabletLeader, ts: str) -> None:
+        raise RoundFailedError(f"tablet {self.tablet.tablet_id}: configuration change remove "
+                               f"{ts} did not commit (injected)")
+
+    monkeypatch.setattr(TabletLeader, "remove_replica", not_committed)
+    kudu.master.set_replace(tablet.tablet_id, marked)
+    (act,) = kudu.healer.heal_once()
+    assert act.action == "add_replica" and "injected" in act.outcome, act
+    mid = next(t for t in kudu.master.get_table("e").tablets if t.tablet_id == tablet.tablet_id)
+    assert sorted(mid.voters) == sorted({*tablet.voters, spare}), (
+        "the catalog must list the promoted replica although the eviction failed")
+    monkeypatch.setattr(TabletLeader, "remove_replica", evict)
+    _heal_until_quiet(kudu, "the end of a replacement whose eviction had failed")
+    after = next(t for t in kudu.master.get_table("e").tablets
+                 if t.tablet_id == tablet.tablet_id)
+    assert sorted(after.voters) == sorted({*tablet.voters, spare} - {marked})
+    kudu.upsert_rows(spark.createDataFrame([(100, "after")], STRUCT), "e")
+    assert sorted(r["id"] for r in kudu.read_table("e").collect()) == [*range(60), 100]
+
+
 def test_replacing_the_leaders_own_replica_moves_leadership_first(
     spark: SparkSession, kudu: KuduContext,
 ) -> None:

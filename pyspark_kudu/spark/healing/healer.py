@@ -189,8 +189,12 @@ class Healer:
     def _run(self) -> None:
         while not self._stop.wait(self.next_wait()):
             try:
-                while self.heal_once() and not self._stop.is_set():
-                    pass  # more steps of a replacement may be due right away
+                # More steps of a replacement may be due right away, after progress only:
+                # an action that failed (e.g. no leader could be elected yet) waits for the
+                # next pass, or its retries would hold the round thread from every write.
+                while any(a.outcome == "ok" for a in self.heal_once()) \
+                        and not self._stop.is_set():
+                    pass
             except KuduError as e:
                 self.last_error = f"{type(e).__name__}: {e}"
                 _log.warning("healing pass failed: %s", e)

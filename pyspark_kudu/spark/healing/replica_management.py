@@ -22,6 +22,7 @@ Thread-safety: as ``KuduContext`` (these methods take its lock where they touch 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -213,7 +214,14 @@ class ReplicaManagement:
                 if kind in ("add_replica", "promote_replica"):
                     lead.add_replica(member)
                     if replacing:
-                        lead.remove_replica(replacing)
+                        try:
+                            lead.remove_replica(replacing)
+                        except KuduError:
+                            # The new voter is committed: the catalog must know it, or
+                            # elections and plans go on from the configuration before it.
+                            with contextlib.suppress(KuduError):
+                                self._report_config(lead)
+                            raise
                 elif kind == "remove_replica":
                     lead.remove_replica(member)
                 else:  # the rebalancer's move: add, then remove

@@ -197,6 +197,9 @@ def stage_served(io: FileIO, src: TabletCopySource, tablet_id: str, copy_id: str
     copy stream without file chunks, framed) under ``<tablet>/copy-out/<copy_id>/``."""
     _sweep_stale(io)
     out = io.local_path(COPY_OUT_DIR, copy_id)
+    # A COPY_OUT run again with the same id (its round was retried) starts over: linking
+    # onto the first attempt's links would fail, and its tail may be older.
+    shutil.rmtree(out, ignore_errors=True)
     make_private_dirs(out)
     size = 0
     with open_private(os.path.join(out, TAIL), "wb") as f:

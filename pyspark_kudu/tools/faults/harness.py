@@ -72,6 +72,7 @@ from pyspark_kudu.tools.faults.chaos import (
 )
 from pyspark_kudu.tools.faults.chaos_report import chaos_summary, log_lines, plot_writes
 from pyspark_kudu.tools.faults.checker import CheckResult, check
+from pyspark_kudu.tools.faults.diagnose import replication_state
 from pyspark_kudu.tools.faults.history import HistoryWriter, Key, Value, load_history
 from pyspark_kudu.tools.faults.inject import FaultEvent, plan_schedule
 from pyspark_kudu.tools.faults.injector import FaultInjector
@@ -217,12 +218,13 @@ class _Watchdog:
     def done(self) -> None:
         self._done.set()
 
-    def _dump(self, why: str) -> None:
+    def dump(self, why: str, to_stderr: bool = True) -> None:
         with open(self.stacks, "a", encoding="utf-8") as f:
             f.write(f"== {why}\n")
             f.flush()
             faulthandler.dump_traceback(f, all_threads=True)
-        faulthandler.dump_traceback(sys.stderr, all_threads=True)
+        if to_stderr:
+            faulthandler.dump_traceback(sys.stderr, all_threads=True)
 
     def _run(self) -> None:
         if self._done.wait(self.budget_s):
@@ -231,14 +233,14 @@ class _Watchdog:
         self.stop_event.set()
         self.log(f"the run exceeded its budget of {self.budget_s:.0f} s: thread stacks in "
                  f"{self.stacks}; cancelling Spark jobs and stopping the workload")
-        self._dump(f"budget of {self.budget_s:.0f} s exceeded")
+        self.dump(f"budget of {self.budget_s:.0f} s exceeded")
         try:
             self.on_expire()
         except Exception as e:
             self.log(f"watchdog: {type(e).__name__}: {e}")
         if self._done.wait(self.grace_s):
             return
-        self._dump(f"still running {self.grace_s:.0f} s after the budget: exiting")
+        self.dump(f"still running {self.grace_s:.0f} s after the budget: exiting")
         self.log(f"the run did not end {self.grace_s:.0f} s after its budget: exiting (2)")
         os._exit(2)
 
@@ -391,6 +393,11 @@ def run(cfg: HarnessConfig, outdir: Path, schedule: Sequence[FaultEvent] | None 
             log("full replication NOT restored within the deadline")
             errors.append(f"full replication was not restored within "
                           f"{cfg.restore_deadline_s:.0f} s after the faults stopped")
+            state = json.dumps(replication_state(kudu), default=str)
+            notes.append(f"replication state when the deadline passed: {state}")
+            log(f"replication state now (also in the report's notes; thread stacks in "
+                f"{outdir / 'stacks.txt'}): {state}")
+            watchdog.dump("full replication not restored", to_stderr=False)
         stuck = workload.join(60.0)
         if stuck:
             errors.append(f"client threads still blocked after the workload stopped: {stuck}")

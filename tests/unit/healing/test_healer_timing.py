@@ -66,3 +66,58 @@ def test_the_daemon_acts_when_the_failure_is_due_not_a_whole_interval_later() ->
         target.due = None
         healer.stop()
     assert healer.history[0].action == "remove_replica" and healer.history[0].outcome == "ok"
+
+
+class _Stuck(_Target):
+    """A target whose one action fails every time (e.g. no leader can be elected), or
+    succeeds ``ok_steps`` times in a row (the steps of one replacement) before it runs out."""
+
+    def __init__(self, ok_steps: int = 0) -> None:
+        super().__init__()
+        self.failing = True
+        self.ok_steps = ok_steps
+        self.executed = 0
+
+    def replication_plan(self, max_actions: int) -> list[dict[str, Any]]:
+        plan = super().replication_plan(max_actions)
+        self.due = None  # due once: later passes come only from the daemon's own loop
+        return plan
+
+    def execute_replication_actions(self, actions: Sequence[dict[str, Any]]
+                                    ) -> list[tuple[KuduError | None, float]]:
+        self.executed += 1
+        if self.ok_steps > 0:
+            self.ok_steps -= 1
+            self.failing = self.ok_steps > 0
+            return [(None, 0.01)] * len(actions)
+        return [(KuduError("no replica could become leader"), 0.01)] * len(actions)
+
+
+def test_a_failing_action_waits_for_the_next_pass_instead_of_holding_the_round_thread() -> None:
+    """The daemon retries at once only after progress: a pass whose actions all failed is
+    followed by the next one an interval later, so writes get the round thread meanwhile
+    (a CI fault run showed ~50 elections in 20 s and a write workload starved)."""
+    target = _Stuck()
+    healer = Healer(target, interval_s=0.5)
+    healer.start()
+    try:
+        wait_until(lambda: target.executed >= 2, 30, "a second pass after the failed one")
+    finally:
+        healer.stop()
+    gaps = [b.at - a.at for a, b in zip(healer.history, healer.history[1:], strict=False)]
+    assert gaps and min(gaps) >= 0.4, (
+        f"failed actions were retried without waiting for the interval: {gaps}")
+
+
+def test_the_steps_of_a_replacement_follow_each_other_without_waiting() -> None:
+    """Progress (an action that succeeded) is followed by the next pass at once: three
+    steps with an hour-long interval all run."""
+    target = _Stuck(ok_steps=3)
+    healer = Healer(target, interval_s=3600.0)
+    target.due = 0.0
+    healer.start()
+    try:
+        wait_until(lambda: sum(a.outcome == "ok" for a in healer.history) == 3, 30,
+                   "three successful steps in a row")
+    finally:
+        healer.stop()

@@ -183,6 +183,20 @@ def _install(roots: dict[str, str], out: PeerResponse) -> PeerResponse:
     return resp
 
 
+def test_a_copy_out_run_again_with_the_same_id_stages_afresh_and_installs(
+        tmp_path: Path, server: Any) -> None:
+    """A round carrying COPY_OUT that is retried runs it again with the same copy id: the
+    first attempt's links are in the way (a fault run failed with SameFileError there)."""
+    roots, first = _copy_out(tmp_path)
+    (again,) = handle_requests(roots["ts-a"], [PeerRequest(
+        RequestKind.COPY_OUT, "t", "ts-a", copy_id="c1")], host="ts-a", options=OPTS)
+    assert again.ok, again.error
+    assert served_copy(again.entries) == served_copy(first.entries)
+    resp = _install(roots, again)
+    assert resp.ok and resp.installed, resp.error
+    assert _rows(roots["ts-d"]) == _rows(roots["ts-a"]) and len(_rows(roots["ts-a"])) == 300
+
+
 @pytest.mark.parametrize("damage", ["flipped", "short"])
 def test_a_damaged_or_short_fetched_file_is_refused_and_nothing_is_installed(
         tmp_path: Path, server: Any, damage: str) -> None:
