@@ -22,6 +22,7 @@ from pyspark_kudu.spark.host.dataplane import STAGING_DIR, StagedRef
 from pyspark_kudu.spark.host.handlers import PeerRequest, RequestKind, replica_storage, tablet_dir
 from pyspark_kudu.spark.host.identity import ensure_instance
 from pyspark_kudu.spark.pinned import executor_hosts
+from pyspark_kudu.spark.replication import spark_rounds
 from pyspark_kudu.spark.replication.spark_rounds import SparkTransport, TabletServerLocation
 from pyspark_kudu.spark.replication.tablet_leader import TabletLeader, TabletReplicas
 from tests.waiting import wait_until
@@ -190,3 +191,38 @@ def test_a_round_blocked_for_many_watch_intervals_is_not_cancelled_before_its_ti
 def test_a_round_timeout_must_be_positive(spark: SparkSession) -> None:
     with pytest.raises(InvalidArgumentError, match="round timeout"):
         SparkTransport(spark.sparkContext, [], round_timeout_s=0)
+
+
+def test_a_probe_asks_the_hosts_resident_server_and_a_silent_one_does_not_answer(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a timed-out round a host is probed through its resident tablet server (no
+    task slot needed): one that answers its ping is not suspect, one whose port accepts
+    connections but never answers (a paused process) is, within the probe timeout."""
+    import socket
+
+    from pyspark_kudu.rpc.auth import SECRET_ENV
+    from pyspark_kudu.spark.host.tablet_server import _make_server
+
+    secret = "p" * 32
+    monkeypatch.setenv(SECRET_ENV, secret)
+    srv = _make_server("127.0.0.1", secret.encode())
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # accepts into the backlog, never answers
+    try:
+        sc = spark.sparkContext
+        transport = SparkTransport(sc, _virtual_servers(sc, tmp_path), round_timeout_s=2.0)
+        transport.secret = secret.encode()
+        addresses = {"answering": f"127.0.0.1:{srv.port}",
+                     "paused": f"127.0.0.1:{silent.getsockname()[1]}"}
+        transport.pull_addresses = lambda: addresses
+        def no_job(*_: object) -> None:
+            raise AssertionError("a host with a resident server is probed without a job")
+
+        monkeypatch.setattr(spark_rounds, "pinned_rdd", no_job)
+        assert transport._probe("answering") is True
+        assert transport._probe("paused") is False
+    finally:
+        silent.close()
+        srv.shutdown()

@@ -27,8 +27,9 @@ Raft's re-sends already cover.
 A host can stop answering without its executor being lost (a network partition from the
 driver, a paused or swapping process): Spark keeps it until its heartbeats time out
 (``spark.network.timeout``, 120 s), so every round would wait on it. After a timed-out round
-each host of that round is *probed* (a one-task pinned job, ``probe_timeout_s``); a host
-whose probe does not run there in time is **suspect** for ``suspect_s`` and counts as
+each host of that round is *probed* (its resident tablet server pinged from the driver, or,
+without one, a one-task pinned job; ``probe_timeout_s``); a host whose probe does not
+answer in time is **suspect** for ``suspect_s`` and counts as
 unreachable meanwhile -- rounds go on without it (a majority suffices), scans avoid it, and
 the liveness reports leave it out, so the master can declare it failed if it stays away.
 
@@ -193,6 +194,11 @@ class SparkTransport:
                 del self._suspects[h]
             return set(self._suspects)
 
+    def _addresses(self) -> dict[str, str]:
+        """``{host: address}`` of the resident tablet servers known to be current."""
+        return (dict(self.pull_addresses()) if self.pull_addresses is not None else
+                {s.host: s.address for s in self._servers.values() if s.address})
+
     def prefetch_copy(self, ts: str, tablet_id: str, manifest: bytes, index: int) -> None:
         """Ask tablet server ``ts``'s resident server, straight from the driver and in the
         background, to start fetching the served tablet copy ``manifest`` (to be installed
@@ -201,8 +207,7 @@ class SparkTransport:
         a current address or credential nothing is asked, and a refusal or an unreachable
         server only means the install round fetches the copy itself."""
         loc = self._servers.get(ts)
-        addresses = (dict(self.pull_addresses()) if self.pull_addresses is not None else
-                     {s.host: s.address for s in self._servers.values() if s.address})
+        addresses = self._addresses()
         address = addresses.get(loc.host) if loc is not None else None
         if loc is None or not address or not self.secret:
             return
@@ -347,7 +352,23 @@ class SparkTransport:
                 self._suspects[h] = until
 
     def _probe(self, host: str) -> bool:
-        """Whether a task pinned to ``host`` runs there within ``probe_timeout_s``."""
+        """Whether ``host`` answers within ``probe_timeout_s``: its resident tablet server's
+        ping, when its address and the credential are known, else a task pinned there.
+        The ping needs no task slot: after a round that timed out on *another* host, this
+        host's only slot may still be held by the cancelled round's task for a while, and
+        a pinned probe then ran elsewhere or late -- a CI fault run left a healthy host out
+        of rounds for 30 s that way (a paused host timed the round out), and the tablets
+        whose majority needed it could elect no leader meanwhile."""
+        addresses = self._addresses()
+        address = addresses.get(host)
+        if address and self.secret:
+            from pyspark_kudu.spark.host.tserver_client import ping
+
+            try:
+                ping(address, self.secret, timeout_s=self.probe_timeout_s)
+            except Exception:  # refused, timed out, or answered with an error: silent
+                return False
+            return True
         done = threading.Event()
         try:
             with _job_group(self._sc, f"pyspark-kudu-probe-{uuid.uuid4().hex}",
@@ -395,8 +416,7 @@ class SparkTransport:
         batch to another host runs no resident server."""
         if not refs or not self.pull_batches:
             return None
-        address = (dict(self.pull_addresses()) if self.pull_addresses is not None else
-                   {s.host: s.address for s in self._servers.values() if s.address})
+        address = self._addresses()
         for src, items in refs.items():
             elsewhere = any(hosts[d] != src for _, dests in items for d in dests)
             if elsewhere and src not in address:
