@@ -328,7 +328,9 @@ def fetch_served_copies(root: str, copies: Sequence[tuple[FileIO, ServedCopy]]
     return FetchReport(errors, min(s for s, _ in spans), max(e for _, e in spans))
 
 
-def prefetch_served(io: FileIO, copy: ServedCopy) -> threading.Thread:
+def prefetch_served(io: FileIO, copy: ServedCopy,
+                    busy: Callable[[], contextlib.AbstractContextManager[Any]] | None = None
+                    ) -> threading.Thread:
     """Start fetching ``copy`` into the replica at ``io`` on a thread of this process, ahead
     of the round that installs it: the resident server does this when the leader's client
     has the copy's manifest (``COPY_OUT``'s answer; ``tablet_server``'s ``prefetch_copy``
@@ -336,12 +338,15 @@ def prefetch_served(io: FileIO, copy: ServedCopy) -> threading.Thread:
     Spark task launch sits between the targets' starts. The install then finds it fetched
     (:func:`fetch_served_copies`). The thread does nothing if another fetch of the copy
     holds its lock or it is fetched already; a failed prefetch removes what it fetched,
-    and the install fetches the copy itself."""
+    and the install fetches the copy itself. ``busy()`` is held around the fetch (the
+    resident server's: its background applier lets the fetch go first, as it does a
+    request's: a copy restores fault tolerance, the applies it defers only settle)."""
     def run() -> None:
         with _copy_lock(io, copy, wait=False) as got:
             if not got or _fetched_window(io, copy) is not None:
                 return
-            report = _fetch_all([(io, copy)])
+            with busy() if busy is not None else contextlib.nullcontext():
+                report = _fetch_all([(io, copy)])
         if report.errors[0] is not None:
             _log.info("prefetching tablet copy %s of %s failed (the install fetches it): "
                       "%s", copy.copy_id, copy.tablet_id, report.errors[0])

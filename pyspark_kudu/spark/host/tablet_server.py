@@ -189,7 +189,7 @@ def _prefetch(body: bytes) -> bool:
     io = tablet_dir(root, copy.tablet_id)
     if not io.exists(META_FILE) or read_applied(io) >= int(req["index"]):
         return False
-    prefetch_served(io, copy)
+    prefetch_served(io, copy, busy=_applier.foreground if _applier is not None else None)
     return True
 
 

@@ -437,6 +437,40 @@ def test_a_prefetched_copy_is_installed_without_being_fetched_again(
     assert not tablet_dir(roots["ts-d"], "t").exists(COPY_IN_DIR)
 
 
+def test_a_prefetch_holds_the_servers_applier_back_while_it_fetches(
+        tmp_path: Path, server: Any) -> None:
+    """The resident server's ``busy`` (its background applier's ``foreground``) is held
+    around the fetch: no file of the copy is in before it is entered, all are when it is
+    left, and a real applier counts the fetch as foreground work meanwhile."""
+    import contextlib
+
+    from pyspark_kudu.spark.host.background_apply import BackgroundApplier
+
+    roots, out = _copy_out(tmp_path)
+    copy = served_copy(out.entries)
+    assert copy is not None
+    io = tablet_dir(roots["ts-d"], "t")
+    applier = BackgroundApplier(start=False)
+    seen: list[tuple[str, bool, int]] = []
+
+    def fetched() -> bool:
+        return copy_fetch._fetched_window(io, copy) is not None
+
+    @contextlib.contextmanager
+    def busy() -> Iterator[None]:
+        with applier.foreground():
+            seen.append(("enter", fetched(), applier._foreground))
+            yield
+            seen.append(("leave", fetched(), applier._foreground))
+
+    copy_fetch.prefetch_served(io, copy, busy=busy).join(60)
+    assert seen == [("enter", False, 1), ("leave", True, 1)], seen
+    assert applier._foreground == 0
+    resp = _install(roots, out)
+    assert resp.ok and resp.installed, resp.error
+    assert _rows(roots["ts-d"]) == _rows(roots["ts-a"])
+
+
 def copy_index(install: PeerRequest) -> int:
     assert install.snapshot is not None
     return install.snapshot.index
