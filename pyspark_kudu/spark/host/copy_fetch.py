@@ -275,7 +275,7 @@ def fetched_files(io: FileIO, copy: ServedCopy) -> tuple[str, dict[str, str]]:
         IllegalStateError: the copy was not (completely) fetched here.
     """
     base = io.local_path(COPY_IN_DIR, copy.copy_id)
-    if not os.path.exists(os.path.join(base, _FETCHED)):
+    if _fetched_window(io, copy) is None:
         raise IllegalStateError(
             f"tablet copy {copy.copy_id} of {copy.tablet_id} was not fetched from "
             f"{copy.address}; nothing installed")
@@ -382,13 +382,18 @@ def _copy_lock(io: FileIO, copy: ServedCopy, wait: bool) -> Iterator[bool]:
         os.close(fd)  # releases the lock
 
 
+def _digest(copy: ServedCopy) -> int:
+    """The manifest's CRC32C: a fetch is reused only for the very manifest it fetched."""
+    return int(google_crc32c.value(copy.encode()))
+
+
 def _fetched_window(io: FileIO, copy: ServedCopy) -> tuple[float, float] | None:
     """When the complete fetch of ``copy`` here ran, or None if it is not fetched here."""
     try:
         with open(io.local_path(COPY_IN_DIR, copy.copy_id, _FETCHED), "rb") as f:
             mark = json.loads(f.read())
-        if mark.get("copy_id") != copy.copy_id:
-            return None
+        if mark.get("copy_id") != copy.copy_id or mark.get("manifest") != _digest(copy):
+            return None  # another copy's, or this id's from a COPY_OUT run again since
         return float(mark["started"]), float(mark["ended"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
@@ -461,7 +466,8 @@ def _fetch_all(copies: Sequence[tuple[FileIO, ServedCopy]]) -> FetchReport:
             try:
                 with open_private(os.path.join(base, _FETCHED), "wb") as m:
                     m.write(json.dumps({"copy_id": copy.copy_id, "started": started,
-                                        "ended": time.time()}).encode())
+                                        "ended": time.time(),
+                                        "manifest": _digest(copy)}).encode())
             except (KuduError, OSError) as e:
                 errors[k] = _as_kudu(e, copy, None)
         if errors[k] is not None:

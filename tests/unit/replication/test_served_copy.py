@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from pyspark_kudu.errors import IllegalStateError
 from pyspark_kudu.rpc.auth import SECRET_ENV
 from pyspark_kudu.schema import ColumnSchema, Schema
 from pyspark_kudu.spark.host import copy_fetch, tserver_client
@@ -192,6 +193,22 @@ def test_a_copy_out_run_again_with_the_same_id_stages_afresh_and_installs(
         RequestKind.COPY_OUT, "t", "ts-a", copy_id="c1")], host="ts-a", options=OPTS)
     assert again.ok, again.error
     assert served_copy(again.entries) == served_copy(first.entries)
+    # A fetch is reused only for the manifest it fetched: one of this id staged again with
+    # other contents (more applied meanwhile) is fetched afresh, never installed from it.
+    import dataclasses
+
+    copy = served_copy(first.entries)
+    assert copy is not None
+    io = tablet_dir(roots["ts-d"], "t")
+    copy_fetch.prefetch_served(io, copy).join(60)
+    assert copy_fetch._fetched_window(io, copy) is not None
+    tail = next(f for f in copy.files if f.name == TAIL)
+    other = dataclasses.replace(copy, files=tuple(
+        dataclasses.replace(f, crcs=(f.crcs[0] ^ 1, *f.crcs[1:])) if f is tail else f
+        for f in copy.files))
+    assert copy_fetch._fetched_window(io, other) is None
+    with pytest.raises(IllegalStateError, match="was not fetched"):
+        copy_fetch.fetched_files(io, other)
     resp = _install(roots, again)
     assert resp.ok and resp.installed, resp.error
     assert _rows(roots["ts-d"]) == _rows(roots["ts-a"]) and len(_rows(roots["ts-a"])) == 300
