@@ -138,6 +138,39 @@ def test_a_replacement_whose_eviction_failed_after_the_promotion_is_finished(
     assert sorted(r["id"] for r in kudu.read_table("e").collect()) == [*range(60), 100]
 
 
+def test_a_leader_elected_after_a_change_reports_it_and_the_catalog_catches_up(
+    spark: SparkSession, kudu: KuduContext,
+) -> None:
+    """A CI fault run looped for minutes: the replicas had finished a replacement (the
+    marked voter evicted) but the catalog still listed the marked voter; each pass's
+    ``remove_replica`` found nothing to do on a leader elected since, and that leader's
+    report (configuration index 0: it had made no change itself) was ignored by the
+    master as older than the catalog's."""
+    kudu.create_table("c", STRUCT, keys=["id"], replicas=3,
+                      partitioning=PartitionSchema((HashDimension(("id",), 2),)))
+    kudu.upsert_rows(spark.createDataFrame([(i, "c") for i in range(40)], STRUCT), "c")
+    tablet = kudu.master.get_table("c").tablets[0]
+    marked = next(v for v in tablet.voters if v != tablet.leader)
+    spare = next(s.uuid for s in kudu.servers if tablet.replica(s.uuid) is None)
+    lead = kudu._leaders[tablet.tablet_id]
+
+    def replace_half_reported() -> None:
+        lead.add_replica(spare)
+        kudu._report_config(lead)  # the catalog: four voters, at the change's index
+        lead.remove_replica(marked)  # the replicas' eviction, never reported
+
+    kudu._service.call(replace_half_reported).result()
+    lead.abandon("its client lost it before reporting")
+    kudu.master.set_replace(tablet.tablet_id, marked)
+    assert kudu.replication_plan(), "the catalog still lists the marked voter"
+    _heal_until_quiet(kudu, "the catalog learning the configuration the replicas hold")
+    after = next(t for t in kudu.master.get_table("c").tablets
+                 if t.tablet_id == tablet.tablet_id)
+    assert sorted(after.voters) == sorted({*tablet.voters, spare} - {marked})
+    assert len(kudu.healer.history) <= 3, kudu.healer.history
+    assert sorted(r["id"] for r in kudu.read_table("c").collect()) == list(range(40))
+
+
 def test_replacing_the_leaders_own_replica_moves_leadership_first(
     spark: SparkSession, kudu: KuduContext,
 ) -> None:

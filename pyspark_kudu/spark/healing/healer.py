@@ -51,6 +51,9 @@ __all__ = ["HealAction", "Healer", "HealerTarget"]
 _log = logging.getLogger(__name__)
 #: How long after a server's expected failure time the daemon asks for a plan again.
 _AFTER_DUE_S = 0.05
+#: Passes the daemon runs back to back while they make progress (a 3-4-3 replacement's
+#: steps), before it waits for the next interval again.
+_MAX_BACK_TO_BACK = 8
 
 
 @dataclass(frozen=True)
@@ -192,9 +195,12 @@ class Healer:
                 # More steps of a replacement may be due right away, after progress only:
                 # an action that failed (e.g. no leader could be elected yet) waits for the
                 # next pass, or its retries would hold the round thread from every write.
-                while any(a.outcome == "ok" for a in self.heal_once()) \
-                        and not self._stop.is_set():
-                    pass
+                # At most _MAX_BACK_TO_BACK passes in a row: an action that succeeds without
+                # changing what the master plans must not spin.
+                for _ in range(_MAX_BACK_TO_BACK):
+                    if self._stop.is_set() or not any(
+                            a.outcome == "ok" for a in self.heal_once()):
+                        break
             except KuduError as e:
                 self.last_error = f"{type(e).__name__}: {e}"
                 _log.warning("healing pass failed: %s", e)

@@ -354,8 +354,13 @@ class ReplicaManagement:
         cs = node.conf_state
         members = tuple(ReplicaMeta(v, MemberType.VOTER) for v in sorted(cs.voters)) + tuple(
             ReplicaMeta(v, MemberType.NON_VOTER) for v in sorted(cs.learners))
+        # The configuration in force at the driver's applied index (a configuration change
+        # takes effect when applied). ``lead.config_index`` alone is the last change this
+        # leader made itself: 0 for one elected after the change, whose report the master
+        # would then ignore as older than the catalog's (a fault run looped on that).
         rep = TabletReport(lead.tablet.tablet_id, node.term, leader=lead.leader_id,
-                           committed_index=node.commit_index, config_index=lead.config_index,
+                           committed_index=node.commit_index,
+                           config_index=max(lead.config_index, node.log.applied),
                            replicas=members)
         loc = {s.uuid: s for s in self.servers}[lead.leader_id]
         self.master.heartbeat_to(self.master.leader_address(),
