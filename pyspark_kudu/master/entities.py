@@ -199,7 +199,9 @@ class PartitionMeta:
 
 @dataclass(frozen=True)
 class TabletMeta:
-    """A tablet row. ``config_index`` is the tablet-Raft index of ``replicas`` (fencing)."""
+    """A tablet row. ``config_index`` is a tablet-Raft index at which ``replicas`` is the
+    configuration in force (the change's own index or a later applied one); reports with a
+    lower one are older and ignored (fencing)."""
 
     tablet_id: str
     table_id: str

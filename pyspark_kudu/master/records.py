@@ -173,8 +173,9 @@ class RegisterTServer:
 class TabletReport:
     """What one tablet's leader (or a replica) says about the tablet.
 
-    ``replicas`` (with its tablet-Raft index ``config_index``) is the committed config, or
-    ``None`` when unchanged. ``schema_version`` is the version the replicas run, if known.
+    ``replicas`` is the committed config in force at tablet-Raft index ``config_index``
+    (the reporting leader's applied index: a leader elected after the change does not know
+    the change's own index), or ``None`` when unchanged. ``schema_version`` is the version the replicas run, if known.
     """
 
     tablet_id: str
