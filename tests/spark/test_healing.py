@@ -17,7 +17,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from pyspark_kudu.master.entities import MemberType
+from pyspark_kudu.master.entities import MemberType, TabletMeta
 from pyspark_kudu.partitioning import HashDimension, PartitionSchema
 from pyspark_kudu.spark.api.context import KuduContext
 from pyspark_kudu.spark.host.replica_scan import scan_replica
@@ -54,6 +54,19 @@ def _heal_until_quiet(ctx: KuduContext, what: str) -> None:
     except AssertionError as e:
         raise AssertionError(f"{e}; healer steps: {ctx.healer.history[-5:]}; plan now: "
                              f"{ctx.replication_plan()}") from None
+
+
+def _to_replace(spark: SparkSession, kudu: KuduContext, table: str, rows: int
+                ) -> tuple[TabletMeta, str, str]:
+    """A new RF=3 table of ``rows`` rows: its first tablet, a follower voter to replace and
+    the one tablet server without a replica (the replacement's destination)."""
+    kudu.create_table(table, STRUCT, keys=["id"], replicas=3,
+                      partitioning=PartitionSchema((HashDimension(("id",), 2),)))
+    kudu.upsert_rows(spark.createDataFrame([(i, table) for i in range(rows)], STRUCT), table)
+    tablet = kudu.master.get_table(table).tablets[0]
+    marked = next(v for v in tablet.voters if v != tablet.leader)
+    spare = next(s.uuid for s in kudu.servers if tablet.replica(s.uuid) is None)
+    return tablet, marked, spare
 
 
 def test_a_replace_marked_replica_is_replaced_3_4_3_and_its_files_swept(
@@ -110,12 +123,7 @@ def test_a_replacement_whose_eviction_failed_after_the_promotion_is_finished(
     from pyspark_kudu.errors import RoundFailedError
     from pyspark_kudu.spark.replication.tablet_leader import TabletLeader
 
-    kudu.create_table("e", STRUCT, keys=["id"], replicas=3,
-                      partitioning=PartitionSchema((HashDimension(("id",), 2),)))
-    kudu.upsert_rows(spark.createDataFrame([(i, "e") for i in range(60)], STRUCT), "e")
-    tablet = kudu.master.get_table("e").tablets[0]
-    marked = next(v for v in tablet.voters if v != tablet.leader)
-    spare = next(s.uuid for s in kudu.servers if tablet.replica(s.uuid) is None)
+    tablet, marked, spare = _to_replace(spark, kudu, "e", 60)
     evict = TabletLeader.remove_replica
 
     def not_committed(self: TabletLeader, ts: str) -> None:
@@ -146,12 +154,7 @@ def test_a_leader_elected_after_a_change_reports_it_and_the_catalog_catches_up(
     ``remove_replica`` found nothing to do on a leader elected since, and that leader's
     report (configuration index 0: it had made no change itself) was ignored by the
     master as older than the catalog's."""
-    kudu.create_table("c", STRUCT, keys=["id"], replicas=3,
-                      partitioning=PartitionSchema((HashDimension(("id",), 2),)))
-    kudu.upsert_rows(spark.createDataFrame([(i, "c") for i in range(40)], STRUCT), "c")
-    tablet = kudu.master.get_table("c").tablets[0]
-    marked = next(v for v in tablet.voters if v != tablet.leader)
-    spare = next(s.uuid for s in kudu.servers if tablet.replica(s.uuid) is None)
+    tablet, marked, spare = _to_replace(spark, kudu, "c", 40)
     lead = kudu._leaders[tablet.tablet_id]
 
     def replace_half_reported() -> None:
