@@ -175,7 +175,8 @@ class TabletReport:
 
     ``replicas`` is the committed config in force at tablet-Raft index ``config_index``
     (the reporting leader's applied index: a leader elected after the change does not know
-    the change's own index), or ``None`` when unchanged. ``schema_version`` is the version the replicas run, if known.
+    the change's own index), or ``None`` when unchanged. ``schema_version`` is the version
+    the replicas run, if known.
     """
 
     tablet_id: str

@@ -356,7 +356,7 @@ class SparkTransport:
         ping, when its address and the credential are known, else a task pinned there.
         The ping needs no task slot: after a round that timed out on *another* host, this
         host's only slot may still be held by the cancelled round's task for a while, and
-        a pinned probe then ran elsewhere or late -- a CI fault run left a healthy host out
+        a pinned probe then ran elsewhere or late -- replays of a fault run left a healthy host out
         of rounds for 30 s that way (a paused host timed the round out), and the tablets
         whose majority needed it could elect no leader meanwhile."""
         addresses = self._addresses()
