@@ -248,3 +248,23 @@ def test_unsafe_recovery_from_the_last_survivor_then_healing_restores_rf3(
     assert sorted(tuple(r) for r in kudu.read_table("r").collect()) == rows
     kudu.upsert_rows(spark.createDataFrame([(500, "after")], STRUCT), "r")
     assert kudu.read_table("r").count() == 121
+
+
+def test_the_fault_harness_diagnosis_shows_the_plan_the_catalog_and_the_raft_view(
+    spark: SparkSession, kudu: KuduContext,
+) -> None:
+    """What a fault run records when replication does not come back: here a REPLACE mark
+    left unhealed, so the plan has its action and each tablet its catalog and Raft view."""
+    import json
+
+    from pyspark_kudu.tools.faults.diagnose import replication_state
+
+    tablet, marked, _ = _to_replace(spark, kudu, "d", 20)
+    kudu.master.set_replace(tablet.tablet_id, marked)
+    state = json.loads(json.dumps(replication_state(kudu), default=str))
+    assert [a["tablet_id"] for a in state["plan"]] == [tablet.tablet_id], state["plan"]
+    assert state["suspect_hosts"] == [] and len(state["servers"]) == 4, state["servers"]
+    assert state["healer"]["running"] is False  # the fixture stopped the daemon
+    row = next(t for t in state["tablets"] if t["tablet"] == tablet.tablet_id)
+    assert {r["ts"] for r in row["replicas"] if r["replace"]} == {marked}
+    assert sorted(row["raft_voters"]) == sorted(tablet.voters), row

@@ -114,6 +114,11 @@ class Healer:
         self._thread.start()
         return self
 
+    @property
+    def running(self) -> bool:
+        """Whether the daemon thread is alive."""
+        return self._thread.is_alive()
+
     def stop(self) -> None:
         self._stop.set()
         if self._thread.is_alive():

@@ -13,12 +13,12 @@ __all__ = ["replication_state"]
 
 
 def replication_state(kudu: Any) -> dict[str, Any]:
-    """The healing context's view of replication now: the master's plan, the catalog's
-    tablets that are not fully replicated (or all, if none is), with the Raft configuration
-    of the leader this client holds for each, the healer's last actions and error, the hosts
-    left out of rounds, and the executors. Each part is best effort: a part that fails says
-    why instead."""
-    from pyspark_kudu.spark.pinned import executor_hosts
+    """The healing context's view of replication now: the master's plan, every tablet of
+    the catalog with the Raft configuration of the leader this client holds for it, the
+    healer's last actions and error, the hosts left out of rounds, and each tablet server
+    as the driver knows it (:func:`~.chaos.tserver_view`: address, whether it answers, the
+    host's executors). Each part is best effort: a part that fails says why instead."""
+    from pyspark_kudu.tools.faults.chaos import tserver_view
 
     out: dict[str, Any] = {}
 
@@ -29,16 +29,13 @@ def replication_state(kudu: Any) -> dict[str, Any]:
             out[name] = f"{type(e).__name__}: {e}"
 
     part("plan", lambda: kudu.replication_plan())
-    part("executors", lambda: {h: list(ids) for h, ids in
-                               executor_hosts(kudu.spark.sparkContext).items()})
     part("suspect_hosts", lambda: sorted(kudu.transport.suspect_hosts()))
-    part("servers", lambda: [{"uuid": s.uuid, "host": s.host, "address": s.address}
-                             for s in kudu.servers])
+    part("servers", lambda: tserver_view(kudu))
     healer = getattr(kudu, "healer", None)
     if healer is not None:
         out["healer"] = {
             "passes": healer.passes, "last_error": healer.last_error,
-            "thread_alive": healer._thread.is_alive(),
+            "running": healer.running,
             "last_actions": [{"action": a.action, "tablet": a.tablet_id, "ts": a.ts_uuid,
                               "outcome": a.outcome, "seconds": round(a.seconds, 2),
                               "at": a.at} for a in healer.history[-8:]]}
