@@ -53,7 +53,7 @@ def _heal_until_quiet(ctx: KuduContext, what: str) -> None:
         wait_until(quiet, 120, what)
     except AssertionError as e:
         raise AssertionError(f"{e}; healer steps: {ctx.healer.history[-5:]}; plan now: "
-                             f"{ctx.replication_plan()}") from None
+                             f"{ctx.replication_plan()}") from e
 
 
 def _to_replace(spark: SparkSession, kudu: KuduContext, table: str, rows: int

@@ -171,7 +171,10 @@ def elect_all(transport: PeerTransport, leaders: Sequence[L]
                 f"tablet {lead.tablet.tablet_id}: could not read replica {lead.leader_id}'s "
                 f"state ({resp.error if resp is not None else 'tablet server did not answer'})")
             continue
-        readies[lead] = lead.begin_election(resp.state)
+        try:
+            readies[lead] = lead.begin_election(resp.state)
+        except KuduError as e:  # L may not campaign (its configuration): the next voter
+            out[lead] = e
     own = merged({lead: req for lead, (_, req) in readies.items()})
     votes: dict[str, list[PeerRequest]] = {}
     asking: list[L] = []

@@ -197,6 +197,15 @@ class TabletLeader(LeaderMembership):
             rng=self._rng, max_size_per_msg=None, pre_vote=False, check_quorum=False,
         ))
         node.campaign()
+        if node.role == Role.FOLLOWER:
+            # Raft ignored the campaign: L is not a voter in the configuration its replica
+            # has applied (a new voter that has not yet learned that its promotion
+            # committed), or L committed a configuration change it has not applied yet.
+            self.node = None
+            raise FencedError(
+                f"tablet {self.tablet.tablet_id}: replica {self.leader_id} may not stand for "
+                f"election yet (voters in the configuration it has applied: "
+                f"{sorted(state.conf_state.voters)}, commit index {state.hard_state.commit})")
         rd = node.ready()
         self_vote = Message(MessageType.VOTE, to=self.leader_id, frm=self.leader_id,
                             term=node.term, index=state.last_index, log_term=state.last_term)
