@@ -57,6 +57,7 @@ import pyarrow as pa
 from pyspark_kudu.errors import CorruptionError
 from pyspark_kudu.fileio import FileIO
 from pyspark_kudu.schema import Schema
+from pyspark_kudu.tablet.checksums import SegmentCrcs, remember
 from pyspark_kudu.tablet.keys import key_hash
 
 __all__ = [
@@ -346,6 +347,10 @@ def write_bloom(fileio: FileIO, name: str, bloom: BloomFilter, check: int) -> in
     with fileio.open(name, mode="wb") as f:
         f.write(data)
         fileio.fsync(f)
+    if fileio.is_local:  # for a tablet copy (:mod:`~pyspark_kudu.tablet.checksums`)
+        crcs = SegmentCrcs()
+        crcs.update(data)
+        remember(fileio.local_path(name), crcs.value())
     return len(data)
 
 

@@ -45,6 +45,7 @@ from pyspark_kudu.errors import CorruptionError
 from pyspark_kudu.fileio import FileIO
 from pyspark_kudu.schema import Schema, values_from_json, values_to_json
 from pyspark_kudu.tablet.bloom import BloomFilter, bloom_hashes, read_bloom
+from pyspark_kudu.tablet.checksums import ChecksummedFile, remember
 from pyspark_kudu.tablet.keys import END_COLUMN, ROW_COLUMN, TS_COLUMN, KeyIndex, key_probe
 from pyspark_kudu.tablet.lookup import KeyRanges
 
@@ -134,9 +135,13 @@ class ParquetSink:
         encodings = encodings or {}
         self._fileio = fileio
         self._rows = max(1, row_group_rows)
+        self._name = name
         self._file = fileio.open(name, mode="wb")
+        # Segment checksums as the bytes go out: a tablet copy sends them without reading
+        # the file back (:mod:`~pyspark_kudu.tablet.checksums`).
+        self._summed = ChecksummedFile(self._file)
         self._writer = pq.ParquetWriter(
-            self._file, schema, compression="snappy",
+            self._summed, schema, compression="snappy",
             use_dictionary=_dictionary_columns(schema, encodings),
             column_encoding=encodings or None, write_statistics=True)
         self._pending: list[pa.Table] = []
@@ -162,9 +167,12 @@ class ParquetSink:
                                          row_group_size=self._rows)
             self._writer.close()
             self._fileio.fsync(self._file)
-            return int(self._file.tell())
+            size = int(self._file.tell())
         finally:
             self._file.close()
+        if self._fileio.is_local:
+            remember(self._fileio.local_path(self._name), self._summed.crcs.value())
+        return size
 
     def abort(self) -> None:
         """Close without finishing (the file is an orphan the next bootstrap deletes)."""

@@ -9,7 +9,9 @@ resident tablet server's job). No Spark shuffle, no driver, no Python -> JVM -> 
    across file systems), so a compaction that deletes the originals meanwhile changes
    nothing; the rest of the copy stream (begin, the log records after the flush, the
    superblock: small) is written once to ``copy-out/<copy id>/tail``. Each file's size and
-   the CRC32C of each of its segments go into a :class:`ServedCopy` manifest with this
+   the CRC32C of each of its segments (taken as the file was written,
+   :mod:`~pyspark_kudu.tablet.checksums`; computed now only for a file this process did
+   not write or has forgotten) go into a :class:`ServedCopy` manifest with this
    host's resident server address, its tablet-server uuid and data root: the only thing
    the round carries (an entry of a few hundred bytes instead of the part bytes).
 2. **Target** (:func:`prefetch_served`, asked by the driver as soon as the source answered;
@@ -50,7 +52,6 @@ import contextlib
 import errno
 import json
 import logging
-import mmap
 import os
 import shutil
 import threading
@@ -74,6 +75,7 @@ from pyspark_kudu.fileio import FileIO, make_private_dirs, open_private
 from pyspark_kudu.rpc.auth import secret_from_env
 from pyspark_kudu.spark.host.file_stream import BUFFER_ALIGN, STREAM_ADDRESS_ENV, fetch_range
 from pyspark_kudu.spark.host.tserver_protocol import ADDRESS_ENV, FileRequest
+from pyspark_kudu.tablet import checksums
 from pyspark_kudu.tablet.copy import TabletCopySource
 
 __all__ = [
@@ -102,10 +104,6 @@ _FETCHED = "fetched"
 STREAMS_ENV = "PYSPARK_KUDU_COPY_STREAMS"
 MAX_RATE_ENV = "PYSPARK_KUDU_COPY_MAX_MB_S"
 _DEFAULT_STREAMS = 4
-#: A file is fetched in segments of this size, each its own stream with its own CRC32C, so
-#: one large rowset file uses several streams.
-SEGMENT_BYTES = 32 << 20
-_CRC_STEP = 4 << 20  # bytes checksummed per slice of a mapped file
 _STALE_S = 3600.0  # a copy-out older than this was abandoned (its driver died before DROP)
 # A stream slower than this (plus a minute) is considered hung: the round must end.
 _MIN_STREAM_BYTES_PER_S = 5e6
@@ -116,12 +114,13 @@ _STALL_S = 60.0  # a file stream that moved no byte for this long is hung
 class ServedFile:
     name: str  # relative to the tablet directory; TAIL for the copy stream's tail
     size: int
-    crcs: tuple[int, ...]  # CRC32C of each SEGMENT_BYTES segment (the last one shorter)
+    crcs: tuple[int, ...]  # CRC32C of each checksums.SEGMENT_BYTES segment (the last shorter)
 
     def segments(self) -> list[tuple[int, int, int]]:
-        """``(offset, length, crc)`` of each segment: fetched as separate streams."""
-        return [(k * SEGMENT_BYTES, min(SEGMENT_BYTES, self.size - k * SEGMENT_BYTES), c)
-                for k, c in enumerate(self.crcs)]
+        """``(offset, length, crc)`` of each segment: fetched as separate streams (one large
+        rowset file uses several)."""
+        seg = checksums.SEGMENT_BYTES
+        return [(k * seg, min(seg, self.size - k * seg), c) for k, c in enumerate(self.crcs)]
 
 
 @dataclass(frozen=True)
@@ -172,25 +171,6 @@ def served_source() -> tuple[str, bytes] | None:
     return (address, secret) if address and secret else None
 
 
-def _crcs_of(path: str) -> tuple[int, ...]:
-    """CRC32C of each ``SEGMENT_BYTES`` segment of the file at ``path``, read through a
-    memory map in ``_CRC_STEP`` slices (3-5x faster than reading each segment into a new
-    bytes object: no 32 MiB allocation and copy per segment)."""
-    out = []
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size == 0:
-            return ()
-        with mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as m:
-            for start in range(0, size, SEGMENT_BYTES):
-                end = min(start + SEGMENT_BYTES, size)
-                crc = 0
-                for at in range(start, end, _CRC_STEP):
-                    crc = google_crc32c.extend(crc, m[at:min(at + _CRC_STEP, end)])
-                out.append(crc)
-    return tuple(out)
-
-
 def stage_served(io: FileIO, src: TabletCopySource, tablet_id: str, copy_id: str,
                  address: str, ts_uuid: str, root: str, tail: Iterable[bytes]) -> ServedCopy:
     """Source side (module step 1): link the pinned files of ``src`` and write ``tail`` (the
@@ -206,7 +186,7 @@ def stage_served(io: FileIO, src: TabletCopySource, tablet_id: str, copy_id: str
         for piece in tail:
             f.write(piece)
             size += len(piece)
-    files = [ServedFile(TAIL, size, _crcs_of(os.path.join(out, TAIL)))]
+    files = [ServedFile(TAIL, size, checksums.segment_crcs(os.path.join(out, TAIL)))]
     for name, size in src.files().items():
         dest = os.path.join(out, "files", name)
         make_private_dirs(os.path.dirname(dest))
@@ -217,7 +197,8 @@ def stage_served(io: FileIO, src: TabletCopySource, tablet_id: str, copy_id: str
         if os.path.getsize(dest) != size:
             raise IllegalStateError(f"tablet {tablet_id}: pinned file {name} changed size "
                                     f"while being copied; retry the copy")
-        files.append(ServedFile(name, size, _crcs_of(dest)))
+        # Written by this process: its checksums were taken as it was written.
+        files.append(ServedFile(name, size, checksums.segment_crcs(dest)))
     return ServedCopy(address, ts_uuid, root, tablet_id, copy_id, tuple(files),
                       os.environ.get(STREAM_ADDRESS_ENV, ""))
 
@@ -406,7 +387,7 @@ def _fetch_all(copies: Sequence[tuple[FileIO, ServedCopy]]) -> FetchReport:
     streams, rate = _settings()
     errors: list[KuduError | None] = [None] * len(copies)
     jobs: list[tuple[int, ServedCopy, ServedFile, str, tuple[int, int, int]]] = []
-    files: list[tuple[int, str]] = []
+    files: list[tuple[int, str, tuple[int, ...]]] = []
     for k, (io, copy) in enumerate(copies):
         base = io.local_path(COPY_IN_DIR, copy.copy_id)
         shutil.rmtree(base, ignore_errors=True)  # a fetch cut short earlier
@@ -422,7 +403,7 @@ def _fetch_all(copies: Sequence[tuple[FileIO, ServedCopy]]) -> FetchReport:
                 make_private_dirs(os.path.dirname(path))
                 with open_private(path, "wb") as out:  # segments are written in place
                     out.truncate(f.size)
-                files.append((k, path))
+                files.append((k, path, f.crcs))
                 jobs.extend((k, copy, f, path, seg) for seg in f.segments())
         except (KuduError, OSError) as e:
             errors[k] = _as_kudu(e, copy, None)
@@ -430,7 +411,7 @@ def _fetch_all(copies: Sequence[tuple[FileIO, ServedCopy]]) -> FetchReport:
     lock = threading.Lock()
     # Segments still to come per file: the stream that lands a file's last segment syncs
     # it, so the flushes of finished files overlap the transfers of the others.
-    left = {path: 0 for _, path in files}
+    left = {path: 0 for _, path, _ in files}
     for job in jobs:
         left[job[3]] += 1
 
@@ -454,12 +435,15 @@ def _fetch_all(copies: Sequence[tuple[FileIO, ServedCopy]]) -> FetchReport:
                                 thread_name_prefix="kudu-copy-fetch") as pool:
             list(pool.map(one, jobs))
     segmented = {job[3] for job in jobs}
-    for k, path in files:  # empty files (no segment): nothing synced them yet
+    for k, path, crcs in files:
         if errors[k] is None and path not in segmented:
-            try:
+            try:  # an empty file (no segment): nothing synced it yet
                 _fsync(path)
             except OSError as e:
                 errors[k] = _as_kudu(e, copies[k][1], None)
+        if errors[k] is None:  # checked against them: a copy from here need not read it
+            with contextlib.suppress(OSError):
+                checksums.remember(path, crcs)
     for k, (io, copy) in enumerate(copies):
         base = io.local_path(COPY_IN_DIR, copy.copy_id)
         if errors[k] is None:

@@ -287,8 +287,9 @@ def test_each_fetched_file_is_synced_once_when_its_last_segment_is_in(
     import google_crc32c
 
     from pyspark_kudu.spark.host import copy_fetch
+    from pyspark_kudu.tablet import checksums
 
-    monkeypatch.setattr(copy_fetch, "SEGMENT_BYTES", 1024)  # several segments per file
+    monkeypatch.setattr(checksums, "SEGMENT_BYTES", 1024)  # several segments per file
     monkeypatch.setenv(copy_fetch.STREAMS_ENV, "3")
     roots, out = _copy_out(tmp_path)
     copy = served_copy(out.entries)
@@ -316,24 +317,6 @@ def test_each_fetched_file_is_synced_once_when_its_last_segment_is_in(
     names = [n for n, _ in synced]
     assert sorted(names) == sorted(want), f"each file synced once: {names}"
     assert all(whole for _, whole in synced), f"a file was synced before all its bytes: {synced}"
-
-
-@pytest.mark.parametrize("size", [0, 1, 99, 100, 101, 250, 300])
-def test_segment_crcs_are_the_crc32c_of_each_segments_bytes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: int,
-) -> None:
-    """The manifest's per-segment CRC32Cs (computed over a memory map in slices) equal the
-    CRC32C of each segment's bytes, at and around segment and slice boundaries."""
-    import google_crc32c
-
-    from pyspark_kudu.spark.host import copy_fetch
-
-    monkeypatch.setattr(copy_fetch, "SEGMENT_BYTES", 100)
-    monkeypatch.setattr(copy_fetch, "_CRC_STEP", 30)
-    data = os.urandom(size)
-    (tmp_path / "f").write_bytes(data)
-    want = tuple(google_crc32c.value(data[o:o + 100]) for o in range(0, size, 100))
-    assert copy_fetch._crcs_of(str(tmp_path / "f")) == want
 
 
 def _aligned(data: bytes) -> pa.Buffer:
