@@ -235,6 +235,15 @@ def _run(spark: SparkSession, args: argparse.Namespace, nrows: int, base: Path,
         out["copies_s"] = sum(a.seconds for a in steps if a.action == "add_replica")
         after = [x for x in rounds if 0 <= x["t"] - killed <= out["total_s"]]
         out.update(_copy_phase(after))
+        # The driver's prefetch asks after the kill (host, asked and answered, seconds from
+        # the first fetch's start, whether the target's server started fetching): a target
+        # whose fetch starts late was asked late, answered late, or fetched in the install.
+        fetch0 = min((t[1] for x in after for t in x["fetched"]), default=0.0)
+        wall_kill = time.time() - (time.monotonic() - killed)
+        out["prefetch_asks"] = [
+            (host, round(asked - fetch0, 3), round(answered - fetch0, 3), started)
+            for _, host, asked, answered, started in list(
+                getattr(kudu.transport, "prefetch_asks", ())) if asked >= wall_kill]
         # The same bytes written once to this disk with one fsync (median of three: one
         # write of a few hundred MB varies several-fold here).
         n = out["copy_bytes"] or out["lost_bytes"]
@@ -422,6 +431,9 @@ def _print_run(r: dict[str, Any], x: dict[str, Any]) -> None:
           f"{x['disk_bytes_per_s'] / 1e6:.0f} MB/s (probes "
           f"{', '.join(f'{p:.2f}' for p in x['disk_write_probes_s'])} s) -> "
           f"{x['copy_ratio']:.2f}x (goal >= 0.5x)")
+    if x.get("prefetch_asks"):
+        print(f"prefetch asks (host, asked, answered: s from the first fetch's start, "
+              f"started): {x['prefetch_asks']}")
     print(f"copy rounds (COPY_OUT round start to INSTALL_COPY round end) "
           f"{x['copy_phase_s']:.2f} s = {x['copy_bytes_per_s'] / 1e6:.0f} MB/s -> "
           f"{x.get('copy_phase_ratio', 0):.2f}x")

@@ -82,6 +82,12 @@ def test_a_dead_servers_replicas_are_re_replicated_and_swept_when_it_returns(
         # streams carried bytes, and no round shuffled anything (no writes meanwhile).
         assert file_bytes_served() > served_before
         assert kudu.transport.data_rounds == shuffles_before
+        # The driver asked each target's server to fetch its copy as soon as the source had
+        # staged it (the ask is answered on a thread of its own, maybe after the install).
+        wait_until(lambda: len(kudu.transport.prefetch_asks) >= len(on_victim), 60,
+                   f"prefetch asks for the {len(on_victim)} copies answered", poll_s=0.2)
+        asked = {host for _, host, _, _, _ in kudu.transport.prefetch_asks}
+        assert victim not in asked and asked <= set(host_of.values()), asked
         steps = [(a.action, a.outcome, a.replacing) for a in kudu.healer.history]
         # Each add evicted the lost server's replica in the same action (3-4-3).
         assert ("add_replica", "ok", victim_ts) in steps, steps

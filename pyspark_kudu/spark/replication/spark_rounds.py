@@ -58,6 +58,7 @@ import re
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -172,6 +173,10 @@ class SparkTransport:
         #: (:meth:`prefetch_copy`); b"": none made.
         self.secret = b""
         self.prefetches = 0  # tablet copies a target's server was asked to prefetch
+        #: The last asks (:meth:`prefetch_copy`): tablet, host, wall-clock times asked and
+        #: answered, and whether the server started fetching (None: the ask failed).
+        self.prefetch_asks: deque[tuple[str, str, float, float, bool | None]] = deque(
+            maxlen=64)
         self.failed_rounds = 0
         self.timed_out_rounds = 0
         self.lost_executor_rounds = 0
@@ -216,12 +221,15 @@ class SparkTransport:
         def ask() -> None:
             from pyspark_kudu.spark.host.tserver_client import prefetch_copy
 
+            asked = time.time()
+            started: bool | None = None
             try:
-                prefetch_copy(address, self.secret, ts, loc.root, manifest, index,
-                              timeout_s=_PREFETCH_TIMEOUT_S)
+                started = prefetch_copy(address, self.secret, ts, loc.root, manifest, index,
+                                        timeout_s=_PREFETCH_TIMEOUT_S)
             except KuduError as e:
                 _log.info("tablet %s: prefetching its copy on %s failed (the install "
                           "round fetches it): %s", tablet_id, loc.host, e)
+            self.prefetch_asks.append((tablet_id, loc.host, asked, time.time(), started))
 
         threading.Thread(target=ask, daemon=True, name="kudu-copy-prefetch-ask").start()
 
