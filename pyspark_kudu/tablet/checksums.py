@@ -10,6 +10,9 @@ modification time: the files never change once written, and a hard link or a ren
 the key). :func:`segment_crcs` answers from there, and computes (through a memory map) only
 for a file this process did not write or has forgotten -- e.g. after the tablet server
 restarted. The memo is bounded (:data:`MAX_FILES` files, least recently used dropped).
+A wrong answer (a deleted file's inode reused by one of the same size within one tick of the
+file system's clock) cannot install wrong bytes: the target checks every segment and
+refuses the copy as damaged.
 
 Thread-safety: :func:`remember`, :func:`known` and :func:`segment_crcs` may be called from
 any thread; a :class:`SegmentCrcs` belongs to one writer.
