@@ -182,11 +182,13 @@ def stage_served(io: FileIO, src: TabletCopySource, tablet_id: str, copy_id: str
     shutil.rmtree(out, ignore_errors=True)
     make_private_dirs(out)
     size = 0
+    tail_crcs = checksums.SegmentCrcs()  # as it is written: not read back
     with open_private(os.path.join(out, TAIL), "wb") as f:
         for piece in tail:
             f.write(piece)
+            tail_crcs.update(piece)
             size += len(piece)
-    files = [ServedFile(TAIL, size, checksums.segment_crcs(os.path.join(out, TAIL)))]
+    files = [ServedFile(TAIL, size, tail_crcs.value())]
     for name, size in src.files().items():
         dest = os.path.join(out, "files", name)
         make_private_dirs(os.path.dirname(dest))
