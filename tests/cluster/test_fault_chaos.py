@@ -49,6 +49,11 @@ def test_a_short_chaos_run_applies_every_kill_finds_no_violation_and_reports_lat
     tail = stderr[-6000:]
     assert (out / "report.json").exists(), f"no report; exit {proc.returncode}\n{tail}"
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    # A run that failed before its workload started (cluster, session, table) has no
+    # chaos section: its errors and log say why.
+    assert "chaos" in report, (
+        f"chaos run exited {proc.returncode} before its workload started; errors "
+        f"{report.get('errors')}\n{tail}")
     chaos = report["chaos"]
     assert proc.returncode == 0, (
         f"chaos run exited {proc.returncode}; violations {report['checker']['violations']}; "
