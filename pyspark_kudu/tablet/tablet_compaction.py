@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
+import pyarrow as pa
 
 from pyspark_kudu.errors import IllegalStateError
 from pyspark_kudu.fileio import FileIO
@@ -55,6 +56,13 @@ class CompactionJob:
     first_id: int
     reserved: int
     outputs: tuple[DiskRowSet, ...] | None = None
+
+
+def _paced(chunks: Iterator[pa.Table], between: Callable[[], object]) -> Iterator[pa.Table]:
+    """``chunks``, with ``between()`` called before each one is handed on."""
+    for chunk in chunks:
+        between()
+        yield chunk
 
 
 def _stem(name: str) -> str:
@@ -148,16 +156,21 @@ class TabletCompactions:
             self._compacting = True
             return job
 
-    def run_compaction(self, job: CompactionJob) -> None:
+    def run_compaction(self, job: CompactionJob,
+                       between: Callable[[], object] | None = None) -> None:
         """Second step: merge the inputs into output files (no tablet lock needed; the
         inputs are pinned, their deltas were taken by :meth:`prepare_compaction`). A
         failure here (a damaged input, a full disk) fails the tablet, as it would under
-        the lock, and abandons the job."""
+        the lock, and abandons the job. ``between`` is called before each merged chunk is
+        written (the maintenance manager pauses the merge there while more urgent work,
+        a tablet copy, runs on the host)."""
         o = self._options
         try:
             crash_point("compact.start")
             chunks = merge_rowsets(job.schema, job.inputs, job.mark, o.compaction_batch_rows,
                                    deltas=job.deltas)
+            if between is not None:
+                chunks = _paced(chunks, between)
             job.outputs = tuple(write_merged(
                 self._dir, job.first_id, chunks, job.schema, o.row_group_rows,
                 o.compaction_target_rows, bloom_fp_rate=o.bloom_fp_rate,

@@ -73,6 +73,7 @@ from pyspark_kudu.errors import (
 )
 from pyspark_kudu.fileio import FileIO, make_private_dirs, open_private
 from pyspark_kudu.rpc.auth import secret_from_env
+from pyspark_kudu.spark.host import copy_traffic
 from pyspark_kudu.spark.host.file_stream import BUFFER_ALIGN, STREAM_ADDRESS_ENV, fetch_range
 from pyspark_kudu.spark.host.tserver_protocol import ADDRESS_ENV, FileRequest
 from pyspark_kudu.tablet import checksums
@@ -383,7 +384,13 @@ def _fetched_window(io: FileIO, copy: ServedCopy) -> tuple[float, float] | None:
 
 
 def _fetch_all(copies: Sequence[tuple[FileIO, ServedCopy]]) -> FetchReport:
-    """(Each copy's lock held.) Fetch every copy, together (module step 2)."""
+    """(Each copy's lock held.) Fetch every copy, together (module step 2), counted as copy
+    traffic while it runs (:func:`~pyspark_kudu.spark.host.copy_traffic.wait_for_copies`)."""
+    with copy_traffic.fetching():
+        return _fetch_every(copies)
+
+
+def _fetch_every(copies: Sequence[tuple[FileIO, ServedCopy]]) -> FetchReport:
     started = time.time()
     secret = secret_from_env()
     streams, rate = _settings()

@@ -27,7 +27,9 @@ server starts observing afresh (it keeps more history, never less).
 held by this process while together they exceed half of its replica budget
 (``PYSPARK_KUDU_REPLICA_CACHE_MB``, see :mod:`~pyspark_kudu.spark.host.replica_cache`).
 
-Failed replicas, replicas being copied into and consensus-only replicas are skipped.
+Failed replicas, replicas being copied into and consensus-only replicas are skipped. While
+this process fetches a tablet copy, operations wait (``pause``, bounded; see
+:mod:`~pyspark_kudu.spark.host.copy_traffic`), a running compaction between merged chunks.
 
 Thread-safety: :class:`MaintenanceManager` runs its cycles on one thread; ``note`` may be
 called from any thread.
@@ -79,7 +81,8 @@ def maintain_replica(root: str, tablet_id: str, policy: MaintenancePolicy, *,
                      history_mark: int | None = None, flush: bool = False,
                      compact: bool = True, busy: bool = False,
                      options: WalOptions | None = None,
-                     locked: bool = False) -> MaintenanceOp | None:
+                     locked: bool = False,
+                     between: Callable[[], object] | None = None) -> MaintenanceOp | None:
     """Run the next maintenance operation of one replica, if any is due (module docstring).
     ``flush``: the replica has been idle long enough to flush its MemRowSet (or memory is
     short); ``compact=False``: flush only; ``busy``: the replica is being written (see
@@ -87,7 +90,8 @@ def maintain_replica(root: str, tablet_id: str, policy: MaintenancePolicy, *,
 
     A compaction merges *without* the replica's lock (module docstring) unless ``locked``;
     one whose inputs a write changed meanwhile is dropped and reported as
-    ``compact_conflict``."""
+    ``compact_conflict``. ``between`` is called before each merged chunk of an unlocked
+    compaction is written (the manager's pause, see :class:`MaintenanceManager`)."""
     io = tablet_dir(root, tablet_id)
     if (not io.exists(SUPERBLOCK_FILE) or failed_reason(io) is not None
             or io.exists(COPYING_FILE)):
@@ -116,7 +120,7 @@ def maintain_replica(root: str, tablet_id: str, policy: MaintenancePolicy, *,
     # and scans plan on it meanwhile (it is back in the cache). Other processes may open
     # it too; the commit below notices what matters.
     try:
-        tablet.run_compaction(job)
+        tablet.run_compaction(job, between=between)
     except BaseException:
         # As a failure under the lock would: the next request reopens the replica from its
         # files (and finds out what is wrong with them) instead of meeting a failed tablet.
@@ -134,10 +138,17 @@ def maintain_replica(root: str, tablet_id: str, policy: MaintenancePolicy, *,
 
 
 class MaintenanceManager:
-    """Runs maintenance cycles over the replicas of the data roots it was told about."""
+    """Runs maintenance cycles over the replicas of the data roots it was told about.
+
+    ``pause`` (the resident server's: :func:`~pyspark_kudu.spark.host.copy_traffic.wait_for_copies`
+    with a bound) is called before each operation and before each merged chunk of an
+    unlocked compaction, and returns the seconds it waited (``paused_s`` adds them up):
+    maintenance steps aside while more urgent work runs on the host. Never called while
+    the replica's lock is held."""
 
     def __init__(self, policy: MaintenancePolicy | None = None, *, interval_s: float = 5.0,
-                 max_ops: int = 4, clock: Callable[[], float] = time.monotonic) -> None:
+                 max_ops: int = 4, clock: Callable[[], float] = time.monotonic,
+                 pause: Callable[[], float] | None = None) -> None:
         if interval_s <= 0 or max_ops < 1:
             raise ValueError("interval_s must be positive and max_ops at least 1")
         self.policy = policy or MaintenancePolicy()
@@ -158,6 +169,8 @@ class MaintenanceManager:
         #: the time would otherwise never be compacted).
         self._conflicts: dict[tuple[str, str], int] = {}
         self.max_conflicts = 2
+        self._pause = pause
+        self.paused_s = 0.0  # seconds operations waited for ``pause``
 
     def note(self, root: str, options: WalOptions | None = None) -> None:
         """This server serves replicas under ``root`` (with these WAL options)."""
@@ -209,12 +222,13 @@ class MaintenanceManager:
         applied = read_applied(tablet_dir(root, tid))
         now = self._clock()
         quiet = self._quiet(key, applied, now)
+        locked = self._conflicts.get(key, 0) >= self.max_conflicts
         op = maintain_replica(root, tid, self.policy,
                               history_mark=self._mark(key, applied, now),
                               flush=(quiet or 0.0) >= self.policy.flush_idle_s,
                               busy=(quiet or 0.0) < self.policy.busy_s,
-                              options=options,
-                              locked=self._conflicts.get(key, 0) >= self.max_conflicts)
+                              options=options, locked=locked,
+                              between=None if locked else self._step_aside)
         if op is not None and op.kind == "compact_conflict":
             self._conflicts[key] = self._conflicts.get(key, 0) + 1
         elif op is not None and op.kind == "compact":
@@ -223,13 +237,19 @@ class MaintenanceManager:
 
     def _attempt(self, root: str, tid: str, op: Callable[[], MaintenanceOp | None]
                  ) -> MaintenanceOp | None:
-        """Run one operation; a failure is counted and logged, and the cycle goes on."""
+        """Run one operation (after :meth:`_step_aside`); a failure is counted and logged,
+        and the cycle goes on."""
+        self._step_aside()
         try:
             return op()
         except (KuduError, OSError, ValueError) as e:
             self.errors += 1
             _log.warning("maintenance of tablet %s under %s failed: %s", tid, root, e)
             return None
+
+    def _step_aside(self) -> None:
+        if self._pause is not None:
+            self.paused_s += self._pause()
 
     def run_once(self) -> list[MaintenanceOp]:
         """One cycle; returns the operations it ran. Replicas deleted or changed by another

@@ -55,6 +55,7 @@ replica under the replica's ``flock`` (:mod:`~pyspark_kudu.spark.host.replica_ca
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import select
@@ -70,6 +71,7 @@ import pyarrow as pa
 
 from pyspark_kudu.errors import InvalidArgumentError, KuduError, NotFoundError
 from pyspark_kudu.rpc.tls import TlsConfig, location, server_kwargs, tls_from_env
+from pyspark_kudu.spark.host import copy_traffic
 from pyspark_kudu.spark.host.background_apply import BackgroundApplier
 from pyspark_kudu.spark.host.file_stream import STREAM_ADDRESS_ENV, FileStreamServer
 from pyspark_kudu.spark.host.identity import current_host, local_data_root, verify_instance
@@ -221,6 +223,10 @@ def _start_background_apply() -> BackgroundApplier:
 #: Seconds between maintenance cycles of the resident server (0: no background maintenance).
 MAINTENANCE_INTERVAL_ENV = "PYSPARK_KUDU_MAINTENANCE_INTERVAL_S"
 _maintenance: MaintenanceManager | None = None
+#: Longest a maintenance operation (or a compaction's next chunk) waits for this process's
+#: tablet copies to be fetched (``copy_traffic``): a longer copy gets maintenance a chunk at
+#: a time, never stops it.
+MAINTENANCE_PAUSE_MAX_S = 30.0
 
 
 def _note_root(root: str, options: Any) -> None:
@@ -234,7 +240,9 @@ def _start_maintenance() -> MaintenanceManager | None:
     interval = float(os.environ.get(MAINTENANCE_INTERVAL_ENV, "5") or 0)
     if interval <= 0:
         return None
-    _maintenance = MaintenanceManager(interval_s=interval)
+    _maintenance = MaintenanceManager(
+        interval_s=interval,
+        pause=functools.partial(copy_traffic.wait_for_copies, MAINTENANCE_PAUSE_MAX_S))
     default_root = local_data_root()
     if os.path.isdir(default_root):
         _maintenance.note(default_root)
@@ -392,7 +400,9 @@ def _make_server(host: str, secret: bytes, tls: TlsConfig | None = None) -> Any:
                     "maintenance_ops": [
                         {"tablet_id": op.tablet_id, "kind": op.kind,
                          "rowsets": list(op.rowsets), "seconds": op.seconds}
-                        for op in (_maintenance.ops if _maintenance is not None else [])]}
+                        for op in (_maintenance.ops if _maintenance is not None else [])],
+                    "maintenance_paused_s": round(_maintenance.paused_s, 3)
+                    if _maintenance is not None else 0.0}
             yield fl.Result(json.dumps(body).encode())
 
         def list_actions(self, context: Any) -> list[tuple[str, str]]:

@@ -382,7 +382,7 @@ def test_a_write_during_the_merge_drops_it_and_the_next_attempt_holds_the_lock(
     real = Tablet.run_compaction
     writes = iter(range(100))
 
-    def run_with_a_write(self: Tablet, job: object) -> None:
+    def run_with_a_write(self: Tablet, job: object, between: object = None) -> None:
         k = next(writes)
         if k < 3:  # the three unlocked merges below (the fourth holds the lock: no round
             #        could get in, this thread would wait on itself)
@@ -390,7 +390,7 @@ def test_a_write_during_the_merge_drops_it_and_the_next_attempt_holds_the_lock(
             # attempt's write was flushed into): each attempt meets a change.
             lead.propose([_batch(range(20 * k, 20 * k + 20), f"during-{k}")])
             lead.heartbeat()
-        real(self, job)  # type: ignore[arg-type]
+        real(self, job, between)  # type: ignore[arg-type]
 
     monkeypatch.setattr(Tablet, "run_compaction", run_with_a_write)
     policy = MaintenancePolicy(flush_idle_s=0, busy_s=0, budget_bytes=1 << 30)
@@ -430,3 +430,70 @@ def test_a_merge_that_fails_closes_the_replica_so_the_next_request_reopens_it(
     assert (root, "t") not in cached_memory()
     monkeypatch.undo()
     assert _rows(root) == before and len(_rowsets(root)) == 8  # reopened from its files
+
+
+# -- copies first ----------------------------------------------------------------------------
+def test_maintenance_waits_while_this_process_fetches_a_tablet_copy(
+        stacked: tuple[str, TabletLeader]) -> None:
+    """While a copy is being fetched here (``copy_traffic``), an operation does not start;
+    it starts when the fetch ends, and a compaction's merge asks again before its chunk."""
+    import threading
+    import time
+
+    from pyspark_kudu.spark.host import copy_traffic
+
+    root, _ = stacked
+    before = _rows(root)
+    calls: list[tuple[float, float]] = []  # (called at, seconds waited)
+    entered = threading.Event()
+
+    def pause() -> float:
+        t0 = time.monotonic()
+        entered.set()
+        waited = copy_traffic.wait_for_copies(60.0)
+        calls.append((t0, waited))
+        return waited
+
+    manager = MaintenanceManager(MaintenancePolicy(flush_idle_s=0, busy_s=0), pause=pause)
+    manager.note(root)
+    done: list[list[object]] = []
+    with copy_traffic.fetching():
+        assert copy_traffic.copies_fetching() == 1
+        worker = threading.Thread(target=lambda: done.append(list(manager.run_once())))
+        worker.start()
+        assert entered.wait(30), "the maintenance cycle never asked to step aside"
+        assert len(_rowsets(root)) == 8 and worker.is_alive(), "it merged during the fetch"
+        released = time.monotonic()
+    worker.join(60)
+    assert not worker.is_alive(), "the cycle did not go on once the fetch ended"
+    assert copy_traffic.copies_fetching() == 0
+    (op,) = done[0]
+    assert op.kind == "compact" and len(_rowsets(root)) == 1  # type: ignore[attr-defined]
+    assert _rows(root) == before
+    first_called, first_waited = calls[0]
+    assert first_waited >= released - first_called  # it waited for the end of the fetch
+    assert len(calls) >= 2, "the merge did not ask before its chunk"  # before op + chunk
+    assert manager.paused_s == pytest.approx(sum(w for _, w in calls))
+
+
+def test_waiting_for_copies_is_bounded_and_free_when_none_runs() -> None:
+    import threading
+    import time
+
+    from pyspark_kudu.spark.host import copy_traffic
+
+    assert copy_traffic.wait_for_copies(30.0) < 1.0  # none runs: no wait
+    with copy_traffic.fetching():
+        t0 = time.monotonic()
+        waited = copy_traffic.wait_for_copies(0.2)
+        assert 0.2 <= waited and time.monotonic() - t0 >= 0.2  # the bound, then it goes on
+    # A fetch ending wakes a waiter at once (not at its bound).
+    started = threading.Event()
+    ended: list[float] = []
+    with copy_traffic.fetching():
+        waiter = threading.Thread(
+            target=lambda: (started.set(), ended.append(copy_traffic.wait_for_copies(300.0))))
+        waiter.start()
+        assert started.wait(30)
+    waiter.join(60)
+    assert ended and ended[0] < 300.0

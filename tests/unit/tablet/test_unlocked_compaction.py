@@ -177,3 +177,25 @@ def test_the_merge_holds_no_lock_that_writes_or_scans_wait_for(
     assert not errors
     assert tablet.commit_compaction(job)
     assert rows(tablet) == {i: 0 for i in range(90)} | {300: 0}
+
+
+def test_the_merge_calls_its_pacer_before_each_chunk_and_the_result_is_unchanged(
+        tmp_path: Path, no_fsync: None) -> None:
+    """``run_compaction(between=...)``: the maintenance manager pauses a merge there while a
+    tablet copy is fetched; the merge's outputs are the same as without."""
+    options = TabletOptions(flush_threshold_bytes=0, row_group_rows=16,
+                            compaction_target_rows=25, compaction_batch_rows=4)
+    t = Tablet.create(str(tmp_path), "t", SCHEMA, log=MemoryLog(), options=options)
+    for part in (range(0, 90, 3), range(1, 90, 3), range(2, 90, 3)):
+        write(t, OpType.INSERT, list(part))
+        t.flush()
+    before = rows(t)
+    job = t.prepare_compaction()
+    assert job is not None
+    chunks = list(merge_module.merge_rowsets(job.schema, job.inputs, job.mark,
+                                             options.compaction_batch_rows, deltas=job.deltas))
+    calls: list[int] = []
+    t.run_compaction(job, between=lambda: calls.append(1))
+    assert len(chunks) >= 3 and len(calls) == len(chunks), (len(chunks), len(calls))
+    assert t.commit_compaction(job)
+    assert rows(t) == before and len(t.rowsets) == 4
