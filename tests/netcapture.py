@@ -19,6 +19,9 @@ class CapturingProxy:
         self._captured = bytearray()
         self._stop = threading.Event()
         self._socks: list[socket.socket] = []
+        #: Connections it accepted but could not forward (the target refused or failed):
+        #: the client saw its connection closed; a test failing on that says why.
+        self.errors: list[str] = []
         self._threads = [threading.Thread(target=self._accept, daemon=True)]
         self._threads[0].start()
 
@@ -32,7 +35,15 @@ class CapturingProxy:
                 down, _ = self._listener.accept()
             except (TimeoutError, OSError):
                 continue
-            up = socket.create_connection(self._target)
+            try:
+                up = socket.create_connection(self._target, timeout=30)
+                up.settimeout(None)
+            except OSError as e:  # the client sees its connection closed; keep accepting
+                with self._lock:
+                    self.errors.append(f"connecting to the target {self._target[0]}:"
+                                       f"{self._target[1]} failed: {type(e).__name__}: {e}")
+                down.close()
+                continue
             with self._lock:
                 self._socks += [down, up]
             for src, dst in ((down, up), (up, down)):

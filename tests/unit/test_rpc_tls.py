@@ -205,12 +205,19 @@ def assert_opaque(wire: bytes, hidden: Sequence[bytes], tokens: Sequence[bytes])
             assert form not in wire, f"{value!r} crossed the wire readable"
 
 
-def through_proxy(port: int, work: Callable[[int], Any]) -> tuple[Any, bytes]:
+def through_proxy(port: int, work: Callable[[int], Any],
+                  diagnose: Callable[[], str] | None = None) -> tuple[Any, bytes]:
     """Run ``work(proxy_port)`` through a recording proxy to ``port``; its result and the
-    bytes seen in both directions."""
+    bytes seen in both directions. If ``work`` fails, the failure says what the proxy met
+    forwarding, and ``diagnose()`` (the state of the server behind it)."""
     proxy = CapturingProxy(port)
     try:
         out = work(proxy.port)
+    except Exception as e:
+        raise AssertionError(
+            f"{type(e).__name__}: {e}\nthrough a proxy to port {port} (it forwarded "
+            f"{len(proxy.captured())} bytes; its errors: {proxy.errors or 'none'})"
+            + (f"\n{diagnose()}" if diagnose is not None else "")) from e
     finally:
         proxy.close()
     return out, proxy.captured()
@@ -228,6 +235,16 @@ class Masters:
     def port(group: MasterProcessCluster) -> int:
         (addr,) = group.peers.values()
         return int(addr.rpartition(":")[2])
+
+    @staticmethod
+    def state(group: MasterProcessCluster) -> str:
+        """Whether the group's process runs (its exit code if not) and its log's end."""
+        (node,) = group.peers
+        proc = group.procs.get(node)
+        code = None if proc is None else proc.poll()
+        return (f"master {node} at {group.peers[node]}: "
+                f"{'running' if proc is not None and code is None else f'exited {code}'}; "
+                f"its log ends:\n{group.log_tail(node)}")
 
 
 @pytest.fixture(scope="module")
@@ -270,7 +287,8 @@ def test_master_process_over_tls_shows_no_token_and_no_payload(
 ) -> None:
     marker = "tls_table_7f3a9c"
     (tables, tservers), wire = through_proxy(
-        Masters.port(masters.tls), lambda p: _master_calls(p, pki.client, marker))
+        Masters.port(masters.tls), lambda p: _master_calls(p, pki.client, marker),
+        lambda: Masters.state(masters.tls))
     assert marker in tables
     assert f"host-{marker}" in [t["host"] for t in tservers]
     assert_opaque(wire, [TOKEN.encode(), marker.encode(), f"host-{marker}".encode()], tokens)
@@ -281,7 +299,8 @@ def test_master_process_without_tls_shows_the_payload_but_not_the_token(
 ) -> None:
     marker = "plain_table_2b8e1d"
     (tables, _), wire = through_proxy(
-        Masters.port(masters.plain), lambda p: _master_calls(p, None, marker))
+        Masters.port(masters.plain), lambda p: _master_calls(p, None, marker),
+        lambda: Masters.state(masters.plain))
     assert marker in tables
     assert marker.encode() in wire and f"host-{marker}".encode() in wire  # capture works
     assert wire[:2] != b"\x16\x03"
