@@ -61,6 +61,7 @@ from pyspark_kudu.spark.api.context import KuduContext
 from pyspark_kudu.spark.host.dataplane import StagedRef
 from pyspark_kudu.spark.host.tabletcopy import served_copy
 from pyspark_kudu.testing.benchdata import commit_id
+from pyspark_kudu.testing.host_load import HostLoad
 from pyspark_kudu.testing.standalone_cluster import StandaloneCluster, cluster_session
 
 REPO = Path(__file__).resolve().parents[1]
@@ -199,6 +200,7 @@ def _run(spark: SparkSession, args: argparse.Namespace, nrows: int, base: Path,
         history0 = len(kudu.healer.history)
         rounds = _trace_rounds(kudu, spark)
 
+        load = HostLoad().start()
         cluster.kill_worker(victim)
         killed = time.monotonic()
         end = killed + 1800
@@ -216,6 +218,7 @@ def _run(spark: SparkSession, args: argparse.Namespace, nrows: int, base: Path,
                                  f"{kudu.healer.history[history0:]} {kudu.healer.last_error}")
             time.sleep(0.2)  # polling the master, bounded above
         done = time.monotonic()
+        load.stop()
         steps = kudu.healer.history[history0:]
         first = min(a.at - a.seconds for a in steps)
         wall0 = time.time() - (done - killed)
@@ -235,6 +238,12 @@ def _run(spark: SparkSession, args: argparse.Namespace, nrows: int, base: Path,
         out["copies_s"] = sum(a.seconds for a in steps if a.action == "add_replica")
         after = [x for x in rounds if 0 <= x["t"] - killed <= out["total_s"]]
         out.update(_copy_phase(after))
+        # The machine during the targets' fetches: CPU shares (every "host" shares its
+        # cores) and the page cache still writing back the ingest (the disk is shared too).
+        fetched = [t for x in after for t in x["fetched"]]
+        if fetched:
+            out["copy_fetch_load"] = load.window(min(t[1] for t in fetched),
+                                                 max(t[2] for t in fetched))
         # The driver's prefetch asks after the kill (host, asked and answered, seconds from
         # the first fetch's start, whether the target's server started fetching): a target
         # whose fetch starts late was asked late, answered late, or fetched in the install.
@@ -431,6 +440,12 @@ def _print_run(r: dict[str, Any], x: dict[str, Any]) -> None:
           f"{x['disk_bytes_per_s'] / 1e6:.0f} MB/s (probes "
           f"{', '.join(f'{p:.2f}' for p in x['disk_write_probes_s'])} s) -> "
           f"{x['copy_ratio']:.2f}x (goal >= 0.5x)")
+    if x.get("copy_fetch_load"):
+        ld = x["copy_fetch_load"]
+        print(f"during the fetches: CPU busy {ld['cpu_busy']:.0%} (system "
+              f"{ld['cpu_system']:.0%}), iowait {ld['cpu_iowait']:.0%}, steal "
+              f"{ld['cpu_steal']:.0%}; dirty + writeback {ld['dirty_mb_at_start']:.0f} MB at "
+              f"the start, peak {ld['dirty_mb_peak']:.0f} MB")
     if x.get("prefetch_asks"):
         print(f"prefetch asks (host, asked, answered: s from the first fetch's start, "
               f"started): {x['prefetch_asks']}")
