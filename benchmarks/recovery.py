@@ -445,7 +445,8 @@ def _print_run(r: dict[str, Any], x: dict[str, Any]) -> None:
         print(f"during the fetches: CPU busy {ld['cpu_busy']:.0%} (system "
               f"{ld['cpu_system']:.0%}), iowait {ld['cpu_iowait']:.0%}, steal "
               f"{ld['cpu_steal']:.0%}; dirty + writeback {ld['dirty_mb_at_start']:.0f} MB at "
-              f"the start, peak {ld['dirty_mb_peak']:.0f} MB")
+              f"the start, peak {ld['dirty_mb_peak']:.0f} MB; CPU seconds by process kind: "
+              f"{ld.get('process_cpu_s')}")
     if x.get("prefetch_asks"):
         print(f"prefetch asks (host, asked, answered: s from the first fetch's start, "
               f"started): {x['prefetch_asks']}")

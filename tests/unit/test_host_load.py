@@ -35,5 +35,8 @@ def test_a_window_shows_the_cpu_a_busy_thread_used_and_the_bytes_it_left_dirty(
     assert 0.0 <= got["cpu_iowait"] <= 1.0 and 0.0 <= got["cpu_system"] <= got["cpu_busy"]
     # Dirty + writeback bytes: the file's, unless the kernel wrote them back at once.
     assert got["dirty_mb_peak"] >= got["dirty_mb_at_start"]
+    # The CPU seconds per kind of process: this one spun for 0.5 s of it.
+    assert got["process_cpu_s"]["this driver (Python)"] >= 0.3, got["process_cpu_s"]
+    assert got["process_cpu_s"]["span_s"] >= t1 - t0 - 0.001
     # A window without samples on both sides says nothing rather than something wrong.
     assert load.window(t1 + 3600, t1 + 3601) == {}
