@@ -91,10 +91,10 @@ def _serve(root: str, ready: Any, stop: Any) -> None:
 def _fetch(root: str, manifest: bytes, direct: bool, go: Any, out: Any) -> None:
     os.environ["PYSPARK_KUDU_SECRET"] = SECRET
     from pyspark_kudu.fileio import FileIO
-    from pyspark_kudu.spark.host import copy_fetch
+    from pyspark_kudu.spark.host import copy_fetch, copy_segments
 
     if not direct:
-        copy_fetch._open_direct = lambda path: -1  # every chunk through the page cache
+        copy_segments.open_direct = lambda path: -1  # every chunk through the page cache
     copy = copy_fetch.ServedCopy.decode(manifest)
     assert copy is not None
     go.wait()

@@ -21,7 +21,8 @@ resident tablet server's job). No Spark shuffle, no driver, no Python -> JVM -> 
    lock file: over the server's raw file streams
    (:mod:`~pyspark_kudu.spark.host.file_stream`: ``sendfile`` at the source, one reused,
    page-aligned 4 MiB buffer per stream at the target, written with ``O_DIRECT`` where
-   aligned), or, where the source has none (TLS), over
+   aligned; :mod:`~pyspark_kudu.spark.host.copy_segments`), or, where the source has none
+   (TLS), over
    Flight ``DoGet`` (:func:`~pyspark_kudu.spark.host.tserver_client.fetch_file_buffers`, a
    few 4 MiB batches in memory per stream); each file in segments of ``SEGMENT_BYTES``
    (32 MiB) fetched as separate streams written in place, every segment's size and CRC32C
@@ -49,7 +50,6 @@ when they are done; the rate cap is process-wide and thread-safe.
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import logging
 import os
@@ -64,7 +64,6 @@ from typing import Any
 import google_crc32c
 
 from pyspark_kudu.errors import (
-    CorruptionError,
     DiskFullError,
     IllegalStateError,
     InvalidArgumentError,
@@ -74,7 +73,8 @@ from pyspark_kudu.errors import (
 from pyspark_kudu.fileio import FileIO, make_private_dirs, open_private
 from pyspark_kudu.rpc.auth import secret_from_env
 from pyspark_kudu.spark.host import copy_traffic
-from pyspark_kudu.spark.host.file_stream import BUFFER_ALIGN, STREAM_ADDRESS_ENV, fetch_range
+from pyspark_kudu.spark.host.copy_segments import fetch_segment
+from pyspark_kudu.spark.host.file_stream import STREAM_ADDRESS_ENV
 from pyspark_kudu.spark.host.tserver_protocol import ADDRESS_ENV, FileRequest
 from pyspark_kudu.tablet import checksums
 from pyspark_kudu.tablet.copy import TabletCopySource
@@ -106,9 +106,6 @@ STREAMS_ENV = "PYSPARK_KUDU_COPY_STREAMS"
 MAX_RATE_ENV = "PYSPARK_KUDU_COPY_MAX_MB_S"
 _DEFAULT_STREAMS = 4
 _STALE_S = 3600.0  # a copy-out older than this was abandoned (its driver died before DROP)
-# A stream slower than this (plus a minute) is considered hung: the round must end.
-_MIN_STREAM_BYTES_PER_S = 5e6
-_STALL_S = 60.0  # a file stream that moved no byte for this long is hung
 
 
 @dataclass(frozen=True)
@@ -219,28 +216,6 @@ def drop_served(io: FileIO, copy_id: str) -> None:
     """Remove the staged (linked) files of copy ``copy_id`` on the source."""
     if io.is_local:
         shutil.rmtree(io.local_path(COPY_OUT_DIR, copy_id), ignore_errors=True)
-
-
-class _RateCap:
-    """Paces the bytes fetched by every stream of this process to ``bytes_per_s``.
-    Thread-safe."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._next = 0.0
-
-    def take(self, n: int, bytes_per_s: float) -> None:
-        if bytes_per_s <= 0:
-            return
-        with self._lock:
-            now = time.monotonic()
-            self._next = max(self._next, now) + n / bytes_per_s
-            wait = self._next - now - 0.05  # up to 50 ms of burst
-        if wait > 0:
-            time.sleep(wait)  # pacing a stream, not waiting for a condition
-
-
-_CAP = _RateCap()
 
 
 def _settings() -> tuple[int, float]:
@@ -468,35 +443,24 @@ def _fetch_every(copies: Sequence[tuple[FileIO, ServedCopy]]) -> FetchReport:
     return FetchReport(errors, started, time.time())
 
 
+def _fetch_segment(copy: ServedCopy, f: ServedFile, path: str, seg: tuple[int, int, int],
+                   secret: bytes, rate: float) -> None:
+    """Segment ``seg`` (offset, length, CRC32C) of ``f`` into ``path``
+    (:func:`~pyspark_kudu.spark.host.copy_segments.fetch_segment`)."""
+    offset, length, want = seg
+    req = FileRequest(copy.ts_uuid, copy.tablet_id, copy.source_path(f), offset, length,
+                      copy.root)
+    fetch_segment(req, want, path, stream=copy.stream, address=copy.address, secret=secret,
+                  rate=rate, what=f"tablet copy {copy.copy_id} of {copy.tablet_id}: file "
+                                  f"{f.name}")
+
+
 def _fsync(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _segment_timeout(length: int, rate: float) -> float:
-    """How long a segment's stream may take before it counts as hung."""
-    return _STALL_S + length / (rate if 0 < rate < _MIN_STREAM_BYTES_PER_S
-                                else _MIN_STREAM_BYTES_PER_S)
-
-
-def _fetch_flight(copy: ServedCopy, req: FileRequest, secret: bytes, rate: float,
-                  put: Callable[[Any], bool]) -> None:
-    """A segment over Flight (a source without a file stream server, e.g. with TLS)."""
-    from pyspark_kudu.spark.host.tserver_client import fetch_file_buffers
-
-    stream = fetch_file_buffers(copy.address, secret, req,
-                                timeout_s=_segment_timeout(req.length or 0, rate))
-    try:
-        for buf in stream:
-            if not put(buf):
-                break
-    finally:
-        close = getattr(stream, "close", None)
-        if close is not None:
-            close()  # ends the stream (and its connection) now, not at collection
 
 
 def _as_kudu(e: BaseException, copy: ServedCopy, f: ServedFile | None) -> KuduError:
@@ -508,104 +472,3 @@ def _as_kudu(e: BaseException, copy: ServedCopy, f: ServedFile | None) -> KuduEr
     return IOError_(f"{what}: writing the fetched bytes failed: {e}")
 
 
-def _open_direct(path: str) -> int:
-    """``path`` opened for writing with ``O_DIRECT``, or -1 where that is not possible (no
-    such flag on this platform, a file system without direct I/O such as tmpfs)."""
-    flag = getattr(os, "O_DIRECT", 0)
-    if not flag:
-        return -1
-    try:
-        return os.open(path, os.O_WRONLY | flag)
-    except OSError:
-        return -1
-
-
-class _SegmentWriter:
-    """Writes a segment's chunks in place, bypassing the page cache where it can.
-
-    The copy's bytes are written once and read by nobody soon, so aligned chunks (the
-    stream's page-aligned buffer at a page-aligned file offset: every chunk of a raw file
-    stream but a file's last) go through a second descriptor opened with ``O_DIRECT``, the
-    rest through the page cache; the file is fsynced when complete either way. On the
-    test VM, buffered writes of new data ran at 350 MB/s (every page cache page a fresh
-    guest page to fault in) while ``O_DIRECT`` wrote the same bytes at 1.6-2.0 GB/s; a
-    200 MB served copy fetched through the page cache spent almost all of its 0.5-0.7 s in
-    its 4 MiB ``pwrite`` calls. A direct write the file system refuses (``EINVAL``: an
-    alignment it does not accept) is done through the page cache, and so is everything
-    after it.
-
-    Thread-safety: one per stream."""
-
-    def __init__(self, fd: int, direct: int) -> None:
-        self._fd = fd
-        self._direct = direct
-
-    def write(self, buf: Any, at: int) -> None:
-        size = buf.size
-        aligned = size - size % BUFFER_ALIGN
-        if (self._direct >= 0 and aligned and at % BUFFER_ALIGN == 0
-                and buf.address % BUFFER_ALIGN == 0):
-            try:
-                done = os.pwrite(self._direct, buf.slice(0, aligned), at)
-            except OSError as e:
-                if e.errno != errno.EINVAL:
-                    raise
-                self._stop_direct()
-                done = 0
-            _write_all(self._fd, buf.slice(done), at + done)
-        else:
-            _write_all(self._fd, buf, at)
-
-    def _stop_direct(self) -> None:
-        os.close(self._direct)
-        self._direct = -1
-
-    def close(self) -> None:
-        if self._direct >= 0:
-            self._stop_direct()
-        os.close(self._fd)
-
-
-def _write_all(fd: int, buf: Any, at: int) -> None:
-    """``buf`` written at ``at`` (``pwrite`` may write less than asked)."""
-    view = memoryview(buf)
-    done = 0
-    while done < len(view):
-        done += os.pwrite(fd, view[done:], at + done)
-
-
-def _fetch_segment(copy: ServedCopy, f: ServedFile, path: str, seg: tuple[int, int, int],
-                   secret: bytes, rate: float) -> None:
-    offset, length, want = seg
-    req = FileRequest(copy.ts_uuid, copy.tablet_id, copy.source_path(f), offset, length,
-                      copy.root)
-    crc = n = 0
-    fd = os.open(path, os.O_WRONLY)
-    out = _SegmentWriter(fd, _open_direct(path))
-
-    def put(buf: Any) -> bool:
-        """Write the next chunk in place; False once the stream ran past the segment."""
-        nonlocal crc, n
-        if n + buf.size > length:
-            n += buf.size
-            return False
-        _CAP.take(buf.size, rate)
-        out.write(buf, offset + n)
-        crc = google_crc32c.extend(crc, buf)
-        n += buf.size
-        return True
-
-    try:
-        if copy.stream:  # the source's file stream server: sendfile, no gRPC
-            fetch_range(copy.stream, secret, req, lambda buf, _at: put(buf),
-                        timeout_s=_STALL_S, total_s=_segment_timeout(length, rate))
-        else:
-            _fetch_flight(copy, req, secret, rate, put)
-    finally:
-        out.close()
-    if n != length or crc != want:
-        raise CorruptionError(
-            f"tablet copy {copy.copy_id} of {copy.tablet_id}: file {f.name} fetched from "
-            f"{copy.address} is damaged at bytes {offset}..{offset + length} ({n} bytes with "
-            f"CRC32C {crc}, expected {length} bytes with CRC32C {want}); nothing was "
-            f"installed")

@@ -20,7 +20,7 @@ import pytest
 from pyspark_kudu.errors import IllegalStateError
 from pyspark_kudu.rpc.auth import SECRET_ENV
 from pyspark_kudu.schema import ColumnSchema, Schema
-from pyspark_kudu.spark.host import copy_fetch, tserver_client
+from pyspark_kudu.spark.host import copy_fetch, copy_segments, tserver_client
 from pyspark_kudu.spark.host.copy_fetch import COPY_IN_DIR, COPY_OUT_DIR, TAIL, ServedCopy
 from pyspark_kudu.spark.host.dataplane import refs_in
 from pyspark_kudu.spark.host.file_stream import BUFFER_ALIGN, STREAM_ADDRESS_ENV
@@ -340,7 +340,7 @@ def test_fetched_chunks_bypass_the_page_cache_where_aligned_and_land_byte_exact(
     (a file's last chunk's tail, a chunk at an unaligned offset) through the page cache;
     the file holds exactly the bytes sent."""
     path = tmp_path / "f"
-    direct = copy_fetch._open_direct(str(path.touch() or path))
+    direct = copy_segments.open_direct(str(path.touch() or path))
     if direct < 0:
         pytest.skip(f"the file system of {tmp_path} refuses O_DIRECT here; the fallback "
                     f"is tested by the EINVAL test below")
@@ -354,7 +354,7 @@ def test_fetched_chunks_bypass_the_page_cache_where_aligned_and_land_byte_exact(
 
     monkeypatch.setattr(os, "pwrite", recording)
     chunk, tail = os.urandom(4 * BUFFER_ALIGN), os.urandom(BUFFER_ALIGN + 123)
-    out = copy_fetch._SegmentWriter(os.open(path, os.O_WRONLY), direct)
+    out = copy_segments.SegmentWriter(os.open(path, os.O_WRONLY), direct)
     out.write(_aligned(chunk), 0)
     out.write(_aligned(tail), len(chunk))
     out.write(_aligned(b"xyz"), len(chunk) + len(tail))  # an unaligned offset
@@ -381,7 +381,7 @@ def test_a_direct_write_the_file_system_refuses_goes_through_the_page_cache(
 
     monkeypatch.setattr(os, "pwrite", refusing)
     a, b = os.urandom(2 * BUFFER_ALIGN), os.urandom(2 * BUFFER_ALIGN)
-    out = copy_fetch._SegmentWriter(os.open(path, os.O_WRONLY), direct)
+    out = copy_segments.SegmentWriter(os.open(path, os.O_WRONLY), direct)
     out.write(_aligned(a), 0)
     out.write(_aligned(b), len(a))  # no second try: direct writes stopped after the refusal
     out.close()
