@@ -108,8 +108,8 @@ def _one(size: int, sources: int, base: str) -> dict[str, Any]:
         TAIL,
         ServedCopy,
         ServedFile,
-        _crcs_of,
     )
+    from pyspark_kudu.tablet.checksums import segment_crcs
 
     ctx = mp.get_context("spawn")
     r: dict[str, Any] = {"bytes": size, "sources": sources}
@@ -128,9 +128,9 @@ def _one(size: int, sources: int, base: str) -> dict[str, Any]:
             p = ctx.Process(target=_serve, args=(root, ready, stop))
             p.start()
             servers.append(p)
-            files = (ServedFile(TAIL, 4096, _crcs_of(os.path.join(staged, TAIL))),
+            files = (ServedFile(TAIL, 4096, segment_crcs(os.path.join(staged, TAIL))),
                      ServedFile("rowset", size // sources,
-                                _crcs_of(os.path.join(staged, "files", "rowset"))))
+                                segment_crcs(os.path.join(staged, "files", "rowset"))))
             manifests.append(ServedCopy("-", f"ts{k}", root, "t", "c1", files,
                                         ready.get(timeout=60)).encode())
         for direct in (False, True):
