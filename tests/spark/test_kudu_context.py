@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -42,6 +43,36 @@ def test_rows_written_are_read_back_exactly(spark: SparkSession, kudu: KuduConte
     back = kudu.read_table("people").orderBy("id")
     # The read schema marks key columns (kudu.key metadata); data and nullability must match.
     assert_df_equality(back, df.orderBy("id"), ignore_metadata=True)
+
+
+def test_writes_to_led_tablets_do_not_ask_which_hosts_are_unreachable(
+        spark: SparkSession, kudu: KuduContext, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding unreachable hosts asks the driver JVM (Py4J) under the context's lock: only
+    an election needs it, not every write of every writer thread (the round thread asks
+    once per round, for all the writes it carries)."""
+    kudu.create_table("led", STRUCT, keys=["id"],
+                      partitioning=PartitionSchema((HashDimension(("id",), 3),)))
+    asked: list[int] = []
+    inner = kudu.transport.unreachable
+
+    def counted() -> set[str]:
+        if threading.current_thread() is writer:
+            asked.append(1)
+        return inner()
+
+    writer = threading.current_thread()
+
+    monkeypatch.setattr(kudu.transport, "unreachable", counted)
+    kudu.upsert_rows(spark.createDataFrame([(i, "a") for i in range(30)], STRUCT), "led")
+    for lead in list(kudu._leaders.values()):
+        lead.abandon("the test wants an election")  # as after a failed round
+    kudu.upsert_rows(spark.createDataFrame([(1, "c")], STRUCT), "led")
+    assert asked, "electing leaders again did not look for unreachable hosts"
+    asked.clear()
+    for i in range(3):
+        kudu.upsert_rows(spark.createDataFrame([(i, f"b{i}")], STRUCT), "led")
+    assert not asked, f"writes to led tablets asked for unreachable hosts {len(asked)} times"
+    assert kudu.read_table("led").where("id = 2").collect()[0]["v"] == "b2"
 
 
 def test_duplicate_inserts_are_reported_per_row_and_the_rest_is_written(

@@ -143,3 +143,15 @@ def test_the_collection_is_streamed_whole_or_partition_by_partition_alike(
     got = records(whole)
     assert got and got == records(parts)
     assert got == [bytes(b) for p in rdd.collectPartitions() for b in p]  # type: ignore
+
+
+def test_a_values_relation_whose_analyzed_plan_is_aliased_is_read_from_its_optimized_plan(
+        spark: SparkSession) -> None:
+    """``createDataFrame``'s plans are read as analyzed (no optimizer run); a plan that is a
+    local relation only once optimized (``VALUES ... AS t``: an alias over it) still is."""
+    df = spark.sql("SELECT * FROM VALUES (1L, 'a'), (2L, 'b') AS t(id, v)")
+    assert df._jdf.queryExecution().analyzed().getClass().getSimpleName() != "LocalRelation"
+    got: list[pa.RecordBatch] | None = []
+    assert _jobs(spark, lambda: got.extend(local_batches(df, 1 << 30) or [None])) == 0
+    assert got and None not in got
+    assert pa.Table.from_batches(got).to_pylist() == [{"id": 1, "v": "a"}, {"id": 2, "v": "b"}]

@@ -546,10 +546,14 @@ class WritePath(RideThrough):
                 cur = self._leaders.get(tid)
                 if cur is not None and cur.leader_id in exclude:
                     cur.abandon(f"replica {cur.leader_id} is leaving tablet {tid}")
-            missing = [t for t in locs.tablets if t.tablet_id in set(tablet_ids)
+            wanted = set(tablet_ids)
+            missing = [t for t in locs.tablets if t.tablet_id in wanted
                        and (self._leaders.get(t.tablet_id) is None
                             or self._leaders[t.tablet_id].node is None)]
-            unreachable = self.transport.unreachable() | exclude
+            # Asked only for an election: it costs Py4J calls to the driver JVM, under this
+            # lock, and every write of every thread routes here (16 concurrent 1-row
+            # writers spent 30-90 ms each waiting for it, benchmarks/replication.py).
+            unreachable = (self.transport.unreachable() | exclude) if missing else exclude
             candidates = spread_leaders(
                 {t.tablet_id: [v for v in t.voters if v not in unreachable] for t in missing},
                 [lead.leader_id for lead in self._leaders.values() if lead.node is not None])
