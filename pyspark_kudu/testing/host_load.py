@@ -15,6 +15,8 @@ import threading
 import time
 from typing import Any
 
+from pyspark_kudu.testing import procfs
+
 __all__ = ["HostLoad"]
 
 _CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
@@ -46,11 +48,10 @@ def _kind(pid: int, me: int) -> str:
     """What a process is, from its command line."""
     if pid == me:
         return "this driver (Python)"
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            cmd = f.read().replace(b"\0", b" ").decode("utf-8", "replace")
-    except OSError:
+    raw = procfs.cmdline(pid)
+    if raw is None:
         return "other"
+    cmd = raw.replace(b"\0", b" ").decode("utf-8", "replace")
     if "CoarseGrainedExecutorBackend" in cmd:
         return "executor JVMs"
     if "deploy.worker.Worker" in cmd or "deploy.master.Master" in cmd:
@@ -67,20 +68,15 @@ def _kind(pid: int, me: int) -> str:
 def _process_cpu(kinds: dict[int, str], me: int) -> dict[str, float]:
     """CPU seconds used so far by each kind of live process (``kinds`` caches pids)."""
     out: dict[str, float] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        pid = int(name)
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
+    for pid in procfs.pids():
+        fields = procfs.stat_fields(pid)
+        if fields is None:
             continue
         kind = kinds.get(pid)
         if kind is None:
             kind = kinds[pid] = _kind(pid, me)
-        # utime and stime: fields 14 and 15 of stat, 12 and 13 after the ")"
-        out[kind] = out.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) * _TICK_S
+        ticks = int(fields[procfs.UTIME]) + int(fields[procfs.STIME])
+        out[kind] = out.get(kind, 0.0) + ticks * _TICK_S
     return out
 
 

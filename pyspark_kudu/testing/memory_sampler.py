@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from pyspark_kudu.spark.host.identity import DATA_ROOT_ENV
 from pyspark_kudu.spark.host.tserver_client import ping
+from pyspark_kudu.testing import procfs
 
 if TYPE_CHECKING:
     from pyspark_kudu.spark.api.context import KuduContext
@@ -52,9 +53,11 @@ class _ExecutorPythons:
         self._lock = threading.Lock()  # the sampler and the phase's caller both look
 
     def _ours(self, pid: int) -> bool:
+        raw = procfs.cmdline(pid)
+        if raw is None:
+            return False
         try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
+            argv = raw.split(b"\0")
             cmd = b" ".join(argv).decode(errors="replace")
             # Python processes only: the executor JVMs carry the daemon's module name in
             # their -D options.
@@ -68,7 +71,7 @@ class _ExecutorPythons:
 
     def pids(self) -> list[int]:
         me = os.getpid()
-        live = {int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != me}
+        live = set(procfs.pids()) - {me}
         with self._lock:
             for gone in set(self._known) - live:
                 del self._known[gone]

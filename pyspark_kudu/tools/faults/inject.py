@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from pyspark_kudu.fileio import clear_disk_full, set_disk_full
+from pyspark_kudu.testing import procfs
 from pyspark_kudu.testing.standalone_cluster import StandaloneCluster
 from pyspark_kudu.wal.format import HEADER_SIZE, FrameView, parse_frame, parse_segment_name
 
@@ -158,20 +159,14 @@ def _worker_group(cluster: StandaloneCluster, host: str) -> list[tuple[int, byte
     parent: dict[int, int] = {}
     cmds: dict[int, bytes] = {}
     members: set[int] = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        pid = int(entry)
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                # "pid (comm) state ppid pgrp ...": comm may hold spaces; split after it.
-                fields = f.read().rsplit(b")", 1)[1].split()
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmds[pid] = f.read()
-        except OSError:
+    for pid in procfs.pids():
+        fields = procfs.stat_fields(pid)
+        cmd = procfs.cmdline(pid)
+        if fields is None or cmd is None:
             continue  # exited meanwhile
-        parent[pid] = int(fields[1])
-        if int(fields[2]) == worker and pid != worker:
+        cmds[pid] = cmd
+        parent[pid] = int(fields[procfs.PPID])
+        if int(fields[procfs.PGRP]) == worker and pid != worker:
             members.add(pid)
     grew = True
     while grew:
