@@ -52,15 +52,14 @@ def test_writes_to_led_tablets_do_not_ask_which_hosts_are_unreachable(
     once per round, for all the writes it carries)."""
     kudu.create_table("led", STRUCT, keys=["id"],
                       partitioning=PartitionSchema((HashDimension(("id",), 3),)))
-    asked: list[int] = []
+    asked: list[int] = []  # calls made by this (the writer's) thread
     inner = kudu.transport.unreachable
+    writer = threading.current_thread()
 
     def counted() -> set[str]:
         if threading.current_thread() is writer:
             asked.append(1)
         return inner()
-
-    writer = threading.current_thread()
 
     monkeypatch.setattr(kudu.transport, "unreachable", counted)
     kudu.upsert_rows(spark.createDataFrame([(i, "a") for i in range(30)], STRUCT), "led")

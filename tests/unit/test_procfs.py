@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from pyspark_kudu.testing import procfs
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self"),
                                 reason="no /proc on this platform (Linux only)")
@@ -32,10 +33,14 @@ def test_a_command_name_with_spaces_and_parentheses_is_read_past(tmp_path: Path)
     shutil.copy(shutil.which("sleep") or "/bin/sleep", sleeper)
     child = subprocess.Popen([str(sleeper), "30"])
     try:
+        # Popen may return while the exec is still under way (the command line reads
+        # empty, the name is still ours): wait for the child's own.
+        want = os.fsencode(f"{sleeper}\x0030\x00")
+        wait_until(lambda: procfs.cmdline(child.pid) == want, 30,
+                   f"the child's command line reading {want!r}")
         fields = procfs.stat_fields(child.pid)
         assert fields is not None
         assert int(fields[procfs.PPID]) == os.getpid()
-        assert procfs.cmdline(child.pid) == f"{sleeper}\0" "30\0".encode()
     finally:
         child.kill()
         child.wait()
