@@ -268,15 +268,21 @@ class Tablet(TabletCompactions):
         return self._dir
 
     # -- writes -------------------------------------------------------------------------
-    def apply(self, index: int, data: bytes) -> WriteResult:
+    def apply(self, index: int, data: bytes, *, defer_flush: bool = False) -> WriteResult:
         """Apply the committed entry ``index``; non-write and already-applied entries are no-ops.
 
-        Flushes afterwards if the MemRowSet exceeds ``flush_threshold_bytes``.
+        Flushes afterwards if the MemRowSet exceeds ``flush_threshold_bytes``. With
+        ``defer_flush`` (a caller someone waits on, who flushes later: see
+        :meth:`flush_due`) only past ``deferred_flush_max_bytes`` (never below the
+        threshold), which bounds the memory.
         """
         with self._lock:
             self._require_running()
             result = self._apply_locked(index, data)
-            self._maybe_flush_locked()
+            limit = self._options.flush_threshold_bytes
+            if defer_flush and limit:
+                limit = max(limit, self._options.deferred_flush_max_bytes)
+            self._maybe_flush_locked(limit)
             return result
 
     def apply_entries(self, records: Iterable[LogRecord | tuple[int, bytes]]) -> list[WriteResult]:
@@ -317,10 +323,12 @@ class Tablet(TabletCompactions):
             m.rows_fetched_for_update += stats.rows_fetched_for_update
         return result
 
-    def _maybe_flush_locked(self) -> None:
-        limit = self._options.flush_threshold_bytes
+    def _maybe_flush_locked(self, limit: int | None = None) -> bool:
+        if limit is None:
+            limit = self._options.flush_threshold_bytes
         if limit and self._mrs is not None and self._mrs.nbytes >= limit:
-            self._flush_locked()
+            return self._flush_locked()
+        return False
 
     # -- flush --------------------------------------------------------------------------
     def flush(self) -> bool:
@@ -328,6 +336,19 @@ class Tablet(TabletCompactions):
         with self._lock:
             self._require_running()
             return self._flush_locked()
+
+    def flush_due(self) -> bool:
+        """Whether the MemRowSet reached ``flush_threshold_bytes``: an apply would have
+        flushed it had the flush not been deferred (read without the lock: a hint)."""
+        limit = self._options.flush_threshold_bytes
+        mrs = self._mrs
+        return bool(limit) and mrs is not None and mrs.nbytes >= limit
+
+    def flush_if_due(self) -> bool:
+        """Flush if :meth:`flush_due` (the deferred flush); returns whether it flushed."""
+        with self._lock:
+            self._require_running()
+            return self._maybe_flush_locked()
 
     def _flush_locked(self) -> bool:
         sb, mrs = self._sb, self._mrs

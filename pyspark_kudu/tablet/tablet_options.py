@@ -16,6 +16,10 @@ class TabletOptions:
     """Tuning knobs. ``flush_threshold_bytes=0`` disables flushing from :meth:`Tablet.apply`."""
 
     flush_threshold_bytes: int = 64 << 20
+    #: How far an apply whose flush is deferred (``Tablet.apply(defer_flush=True)``: the
+    #: leader's apply a write waits on for its per-row results) lets the MemRowSet grow
+    #: before it flushes anyway (never less than ``flush_threshold_bytes``).
+    deferred_flush_max_bytes: int = 128 << 20
     row_group_rows: int = 65_536
     compaction_target_rows: int = 4_000_000
     scan_batch_rows: int = 65_536

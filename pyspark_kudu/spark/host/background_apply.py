@@ -27,6 +27,12 @@ STEP, whatever their order. (Holding the followers back on every server while a 
 collects its results was tried too: on the shared 2-core test cluster the 10M-row inserts
 were no faster with it, and the held work landed in the next write.)
 
+**Deferred flushes.** The leader's inline apply in a round collecting results leaves a due
+MemRowSet flush to this applier (:class:`~pyspark_kudu.spark.host.replica_apply.ApplyLimit`):
+the request schedules the replica as the leader's, and the applier's next chunk for it
+flushes (``apply_backlog``) when no entries are left to apply, so the flush runs after the
+write got its results rather than in front of them.
+
 Per-row results of the entries it applies are kept (at most ``max_results`` entries' per
 replica, the oldest dropped first) until the next PERSIST or STEP to that replica returns
 them: a write collecting its results

@@ -335,7 +335,8 @@ def _handle_one(
             bg = background_applier()
             if (bg is not None and resp.ok
                     and req.kind in (RequestKind.STEP, RequestKind.PERSIST)
-                    and handle.storage.initial_state()[0].commit > read_applied(io)):
+                    and (handle.storage.initial_state()[0].commit > read_applied(io)
+                         or (handle.tablet is not None and handle.tablet.flush_due()))):
                 bg.schedule(root, req.tablet_id, options,
                             leader=req.kind == RequestKind.PERSIST)
             return resp
@@ -504,6 +505,10 @@ def apply_backlog(root: str, tablet_id: str, options: WalOptions | None, budget_
             applied = read_applied(io)
             commit = storage.initial_state()[0].commit
             if commit <= applied:
+                tablet = handle.tablet
+                if tablet is not None and tablet.flush_due():  # a flush a request deferred
+                    handle.will_mutate()
+                    tablet.flush_if_due()
                 return False, [], 0
             handle.will_mutate()
             sink = TabletSink(root, tablet_id, io, handle, applied)

@@ -36,7 +36,9 @@ from pyspark_kudu.spark.host.replica_apply import CONF_FRAME_MAX, read_applied, 
 from pyspark_kudu.spark.host.round_tasks import HostTask, serve_task_remote
 from pyspark_kudu.spark.replication.peer_transport import MAX_ROUNDS, DirectTransport
 from pyspark_kudu.spark.replication.tablet_leader import TabletLeader, TabletReplicas
-from pyspark_kudu.tablet import OpType, encode_write_batch
+from pyspark_kudu.tablet import OpType, TabletOptions, encode_write_batch
+from pyspark_kudu.tablet import tablet as tablet_module
+from pyspark_kudu.tablet.superblock import Superblock
 from pyspark_kudu.wal import SyncPolicy, WalOptions
 from tests.unit.replication.test_tablet_writes import SCHEMA, _rows
 from tests.waiting import wait_until
@@ -389,3 +391,37 @@ def test_a_request_that_leaves_a_backlog_unapplied_does_not_read_it(
     assert len(want) == 12 * 3000
     for ts in TS:
         assert _rows(transport.roots[ts]) == want, ts
+
+
+def test_the_leaders_apply_for_results_leaves_its_flush_to_the_applier(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every MemRowSet is over the flush threshold here: an apply not deferred flushes at once.
+    monkeypatch.setattr(tablet_module, "TabletOptions", lambda: TabletOptions(
+        flush_threshold_bytes=1, deferred_flush_max_bytes=1 << 20))
+    bg = BackgroundApplier(leader_inline_s=600.0, chunk_s=0.0, start=False)
+    previous = use_background_apply(bg)
+    try:
+        transport, lead = _group(tmp_path)
+        positions = lead.propose(_batches(6))
+        last = positions[-1][0]
+        results = lead.take_results([i for i, _ in positions])  # the leader applies inline
+        assert [len(results[i].errors) for i, _ in positions] == [0] + [1] * 5
+        leader_dir = tablet_dir(transport.roots["ts-a"], "t")
+        assert _applied(transport, "ts-a") >= last
+        assert Superblock.load(leader_dir).last_flushed_index < positions[0][0], (
+            "the leader flushed while the write waited for its results")
+        assert (transport.roots["ts-a"], "t") in bg.pending(), "no flush was scheduled"
+        _drain(bg)
+        assert Superblock.load(leader_dir).last_flushed_index >= last, (
+            "the applier did not run the deferred flush")
+        lead.heartbeat()
+        _drain(bg)
+        want = _rows(transport.roots["ts-a"])
+        assert len(want) == 12
+        for ts in TS:  # the followers applied in the background, flushing as they went
+            assert Superblock.load(tablet_dir(transport.roots[ts], "t")).last_flushed_index \
+                >= last, ts
+            assert _rows(transport.roots[ts]) == want, ts
+    finally:
+        use_background_apply(previous)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from pyspark_kudu.errors import IllegalStateError
@@ -15,6 +16,7 @@ from pyspark_kudu.tablet import (
     TabletEvent,
     TabletOptions,
     TabletState,
+    encode_write_batch,
 )
 from pyspark_kudu.tablet.state import TRANSITIONS, next_state
 
@@ -127,3 +129,34 @@ def test_closed_tablet_refuses_writes(tablet: Tablet) -> None:
     assert tablet.state is TabletState.SHUTDOWN
     with pytest.raises(IllegalStateError, match="is shutdown"):
         tablet.flush()
+
+
+def test_a_deferred_flush_waits_for_its_caller_up_to_the_deferred_bound(
+        tmp_path: Path, no_fsync: None) -> None:
+    """``apply(defer_flush=True)`` leaves a due flush to a later ``flush_if_due`` (the
+    background applier's), and flushes anyway once the MemRowSet passes the bound."""
+    options = TabletOptions(flush_threshold_bytes=1, deferred_flush_max_bytes=4096)
+    log = MemoryLog()
+    t = Tablet.create(str(tmp_path), "t", SCHEMA, log=log, options=options)
+    first = write(t, OpType.INSERT, [1, 2, 3])  # not deferred: flushed at once
+    assert t.superblock.last_flushed_index == first and not t.flush_due()
+    index = t.applied_index + 1
+    data = encode_write_batch(SCHEMA, OpType.INSERT, pa.table({"id": [4, 5], "v": [0, 0]}))
+    log.append((index, data))
+    assert t.apply(index, data, defer_flush=True).ok
+    assert t.superblock.last_flushed_index == first, "the deferred flush ran inline"
+    assert t.flush_due() and t.memrowset_rows == 2
+    assert t.flush_if_due() is True
+    assert t.superblock.last_flushed_index == index and not t.flush_due()
+    assert t.flush_if_due() is False
+    # Past the bound the apply flushes after all: memory stays bounded.
+    big = list(range(100, 1100))
+    index += 1
+    data = encode_write_batch(SCHEMA, OpType.INSERT, pa.table({"id": big, "v": [0] * 1000}))
+    log.append((index, data))
+    assert t.apply(index, data, defer_flush=True).ok
+    assert t.superblock.last_flushed_index == index and t.memrowset_rows == 0
+    assert ids_at(t) == [1, 2, 3, 4, 5, *big]
+    t.close()
+    assert ids_at(Tablet.open(str(tmp_path), "t", log=log, options=options)) == [
+        1, 2, 3, 4, 5, *big]
