@@ -53,6 +53,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -64,11 +66,28 @@ from pyspark_kudu.tablet import WriteResult
 from pyspark_kudu.tablet.memory import release_unused_memory
 from pyspark_kudu.wal import WalOptions
 
-__all__ = ["BackgroundApplier"]
+__all__ = ["BackgroundApplier", "lower_thread_priority"]
 
 _log = logging.getLogger(__name__)
 
 _Key = tuple[str, str]  # (data root, tablet id)
+
+
+def lower_thread_priority(nice: int) -> int:
+    """Raise the calling thread's nice value by ``nice`` (Linux: a thread's own scheduling
+    priority), so the machine's other work gets the CPU first and this thread what is left.
+    Returns the thread's nice value after the change; unchanged (and 0 returned) where
+    per-thread priorities do not exist or the change is refused."""
+    if nice <= 0 or not sys.platform.startswith("linux"):
+        return 0
+    tid = threading.get_native_id()
+    try:
+        now = os.getpriority(os.PRIO_PROCESS, tid)
+        os.setpriority(os.PRIO_PROCESS, tid, min(now + nice, 19))
+        return os.getpriority(os.PRIO_PROCESS, tid)
+    except OSError as e:
+        _log.warning("could not lower the priority of thread %s: %s", tid, e)
+        return 0
 
 
 @dataclass
@@ -85,8 +104,10 @@ class BackgroundApplier:
     docs). ``start=False`` runs no thread: the owner calls :meth:`run_once` (tests)."""
 
     def __init__(self, *, leader_inline_s: float = 10.0, chunk_s: float = 0.5,
-                 yield_s: float = 2.0, max_results: int = 65536, start: bool = True) -> None:
+                 yield_s: float = 2.0, max_results: int = 65536, nice: int = 0,
+                 start: bool = True) -> None:
         self.leader_inline_s = leader_inline_s
+        self.nice = nice
         self.chunk_s = chunk_s
         self.yield_s = yield_s
         self.max_results = max_results
@@ -217,6 +238,7 @@ class BackgroundApplier:
             self._thread.join()
 
     def _loop(self) -> None:
+        lower_thread_priority(self.nice)
         while True:
             with self._cv:
                 while not self._queue and not self._stopped:

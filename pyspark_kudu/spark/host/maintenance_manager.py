@@ -46,6 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyspark_kudu.errors import KuduError
+from pyspark_kudu.spark.host.background_apply import lower_thread_priority
 from pyspark_kudu.spark.host.handlers import failed_reason, tablet_dir
 from pyspark_kudu.spark.host.replica_apply import read_applied
 from pyspark_kudu.spark.host.replica_cache import (
@@ -148,9 +149,10 @@ class MaintenanceManager:
 
     def __init__(self, policy: MaintenancePolicy | None = None, *, interval_s: float = 5.0,
                  max_ops: int = 4, clock: Callable[[], float] = time.monotonic,
-                 pause: Callable[[], float] | None = None) -> None:
+                 pause: Callable[[], float] | None = None, nice: int = 0) -> None:
         if interval_s <= 0 or max_ops < 1:
             raise ValueError("interval_s must be positive and max_ops at least 1")
+        self.nice = nice  # added to its thread's nice value (lower_thread_priority)
         self.policy = policy or MaintenancePolicy()
         self.interval_s = interval_s
         self.max_ops = max_ops
@@ -287,6 +289,7 @@ class MaintenanceManager:
             return
 
         def loop() -> None:
+            lower_thread_priority(self.nice)
             while not self._stop.wait(self.interval_s):
                 self.run_once()
 

@@ -88,8 +88,8 @@ from pyspark_kudu.spark.host.tserver_protocol import (
     parse_ticket,
 )
 
-__all__ = ["FILE_CHUNK_BYTES", "LEADER_APPLY_ENV", "MAINTENANCE_INTERVAL_ENV", "serve",
-           "start_resident"]
+__all__ = ["BACKGROUND_NICE_ENV", "FILE_CHUNK_BYTES", "LEADER_APPLY_ENV",
+           "MAINTENANCE_INTERVAL_ENV", "serve", "start_resident"]
 
 #: Bytes per batch of a file stream: large enough to amortise a batch's overhead, small
 #: enough that neither side holds much of a file at once.
@@ -202,6 +202,21 @@ _applier: BackgroundApplier | None = None
 LEADER_APPLY_ENV = "PYSPARK_KUDU_LEADER_APPLY_S"
 
 
+#: Added to the nice value of the threads that apply and maintain replicas in the background
+#: (the background applier, the maintenance manager): a write's rounds, the leader's apply
+#: for its results and scans get the host's CPU first. 0 turns it off.
+BACKGROUND_NICE_ENV = "PYSPARK_KUDU_BACKGROUND_NICE"
+_BACKGROUND_NICE = 10
+
+
+def background_nice() -> int:
+    """The background threads' nice increment (``PYSPARK_KUDU_BACKGROUND_NICE``, 0-19)."""
+    try:
+        return min(max(int(os.environ.get(BACKGROUND_NICE_ENV, "") or _BACKGROUND_NICE), 0), 19)
+    except ValueError:
+        return _BACKGROUND_NICE
+
+
 def _seconds_env(name: str, default: float) -> float:
     try:
         return max(float(os.environ.get(name, "") or default), 0.0)
@@ -215,7 +230,8 @@ def _start_background_apply() -> BackgroundApplier:
     global _applier
     from pyspark_kudu.spark.host.replica_apply import use_background_apply
 
-    _applier = BackgroundApplier(leader_inline_s=_seconds_env(LEADER_APPLY_ENV, 10.0))
+    _applier = BackgroundApplier(leader_inline_s=_seconds_env(LEADER_APPLY_ENV, 10.0),
+                                 nice=background_nice())
     use_background_apply(_applier)
     return _applier
 
@@ -242,7 +258,8 @@ def _start_maintenance() -> MaintenanceManager | None:
         return None
     _maintenance = MaintenanceManager(
         interval_s=interval,
-        pause=functools.partial(copy_traffic.wait_for_copies, MAINTENANCE_PAUSE_MAX_S))
+        pause=functools.partial(copy_traffic.wait_for_copies, MAINTENANCE_PAUSE_MAX_S),
+        nice=background_nice())
     default_root = local_data_root()
     if os.path.isdir(default_root):
         _maintenance.note(default_root)

@@ -23,7 +23,7 @@ import pytest
 
 from pyspark_kudu.errors import RoundFailedError
 from pyspark_kudu.spark.host import handlers, replica_apply, tserver_client
-from pyspark_kudu.spark.host.background_apply import BackgroundApplier
+from pyspark_kudu.spark.host.background_apply import BackgroundApplier, lower_thread_priority
 from pyspark_kudu.spark.host.handlers import (
     PeerRequest,
     PeerResponse,
@@ -425,3 +425,20 @@ def test_the_leaders_apply_for_results_leaves_its_flush_to_the_applier(
             assert _rows(transport.roots[ts]) == want, ts
     finally:
         use_background_apply(previous)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"),
+                    reason="per-thread nice values are Linux's (elsewhere the call does nothing)")
+def test_the_applier_thread_runs_at_a_lower_priority_and_the_process_does_not() -> None:
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    bg = BackgroundApplier(nice=3)
+    try:
+        thread = bg._thread
+        assert thread is not None and thread.native_id is not None
+        tid = thread.native_id
+        wait_until(lambda: os.getpriority(os.PRIO_PROCESS, tid) == min(base + 3, 19), 30.0,
+                   f"the applier thread {tid} running at nice {base + 3}")
+        assert os.getpriority(os.PRIO_PROCESS, 0) == base, "the whole process was reniced"
+        assert lower_thread_priority(0) == 0 and os.getpriority(os.PRIO_PROCESS, 0) == base
+    finally:
+        bg.stop()
