@@ -348,3 +348,21 @@ def test_reads_stay_at_this_clients_acknowledged_writes_after_its_leader_was_aba
     assert kudu.known_commit(t.tablet_id, lead.leader_id, commit - 1)[1] == commit
     got = sorted(tuple(r) for r in kudu.read_table("ryw").collect())
     assert got == [(i, "b") for i in range(5)] + [(i, "a") for i in range(5, 10)]
+
+
+def test_a_context_raises_sparks_arrow_batch_to_the_writers_unless_the_application_chose(
+        spark: SparkSession, tmp_path: Path) -> None:
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    assert not spark.sparkContext.getConf().contains(key), "the test session set it"
+    spark.conf.unset(key)
+    before = spark.conf.get(key)
+    with KuduContext(spark, warehouse=str(tmp_path / "a")):
+        assert spark.conf.get(key) == "65536"
+    assert spark.conf.get(key) == before, "closing the context did not restore it"
+    spark.conf.set(key, "2048")  # the application's choice stays
+    try:
+        with KuduContext(spark, warehouse=str(tmp_path / "b")):
+            assert spark.conf.get(key) == "2048"
+        assert spark.conf.get(key) == "2048"
+    finally:
+        spark.conf.unset(key)

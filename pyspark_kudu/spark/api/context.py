@@ -71,6 +71,8 @@ from pyspark_kudu.spark.api.settings import (
     WAREHOUSE_CONF,
     embedded_master_settings,
     heal_max_moves,
+    raise_arrow_batch,
+    restore_arrow_batch,
     seconds,
 )
 from pyspark_kudu.spark.api.source_options import parse_bool
@@ -238,6 +240,8 @@ class KuduContext(TabletServers, WritePath, ReplicaManagement):
                              rebalance=rebalance)
         if heal:
             self.healer.start()
+        # Writes' staging tasks take their rows in batches of the writer's size (settings).
+        self._arrow_batch_replaced = raise_arrow_batch(spark)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
@@ -254,6 +258,7 @@ class KuduContext(TabletServers, WritePath, ReplicaManagement):
         self.master.close()
         if self._embedded is not None:
             self._embedded.close()
+        restore_arrow_batch(self.spark, self._arrow_batch_replaced)
 
     def __enter__(self) -> KuduContext:
         return self

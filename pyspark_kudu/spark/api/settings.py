@@ -16,6 +16,8 @@ from pyspark_kudu.errors import InvalidArgumentError
 from pyspark_kudu.master.locations import DEFAULT_MAPPING_TIMEOUT_S
 
 __all__ = [
+    "ARROW_BATCH_CONF",
+    "ARROW_BATCH_ROWS",
     "AUTO_REBALANCE_CONF",
     "FAILED_AFTER_CONF",
     "HEAL_ENABLED_CONF",
@@ -28,10 +30,20 @@ __all__ = [
     "WAREHOUSE_CONF",
     "embedded_master_settings",
     "heal_max_moves",
+    "raise_arrow_batch",
+    "restore_arrow_batch",
     "seconds",
 ]
 
 WAREHOUSE_CONF = "spark.kudu.warehouse"
+#: Rows per Arrow batch between Spark's JVM and Python workers: what a write's staging tasks
+#: receive their rows in. Spark's default is 10,000; the staging tasks encode batches of up to
+#: 65,536 rows (``ARROW_BATCH_ROWS``), and with batches that size a 10M-row upsert's staging
+#: job took 6.8 s against 8.3 s (medians of 3, alternating, 6-worker cluster), Spark's own
+#: hand-over to Python 4.0 s against 4.8 s.
+ARROW_BATCH_CONF = "spark.sql.execution.arrow.maxRecordsPerBatch"
+ARROW_BATCH_ROWS = 65536
+_SPARK_ARROW_BATCH = "10000"
 HEARTBEAT_CONF = "spark.kudu.heartbeatIntervalSec"
 HEAL_ENABLED_CONF = "spark.kudu.heal.enabled"
 HEAL_INTERVAL_CONF = "spark.kudu.heal.intervalSec"
@@ -140,3 +152,29 @@ def heal_max_moves(conf: SparkConf, default: int = 4) -> int:
             f"{HEAL_MAX_MOVES_CONF}={n} is not usable: it must be 1 or more (default "
             f"{default}); to stop healing set {HEAL_ENABLED_CONF}=false")
     return n
+
+
+def raise_arrow_batch(spark: Any) -> str | None:
+    """Set ``ARROW_BATCH_CONF`` to ``ARROW_BATCH_ROWS`` in ``spark``'s session unless the
+    application chose a value (in its configuration, or at run time); returns the value it
+    replaced (None: left alone). The batch size also applies to the session's other Arrow
+    work (pandas UDFs, ``mapInArrow``): documented in the README."""
+    if spark.sparkContext.getConf().contains(ARROW_BATCH_CONF):
+        return None
+    now = str(spark.conf.get(ARROW_BATCH_CONF, _SPARK_ARROW_BATCH))
+    if now != _SPARK_ARROW_BATCH:
+        return None
+    spark.conf.set(ARROW_BATCH_CONF, str(ARROW_BATCH_ROWS))
+    return now
+
+
+def restore_arrow_batch(spark: Any, replaced: str | None) -> None:
+    """Undo :func:`raise_arrow_batch` (``replaced``: what it returned) if the value is still
+    the one it set."""
+    if replaced is None:
+        return
+    try:
+        if str(spark.conf.get(ARROW_BATCH_CONF, "")) == str(ARROW_BATCH_ROWS):
+            spark.conf.unset(ARROW_BATCH_CONF)
+    except Exception:  # the session is stopping: nothing to restore
+        pass
