@@ -76,8 +76,8 @@ _Key = tuple[str, str]  # (data root, tablet id)
 def lower_thread_priority(nice: int) -> int:
     """Raise the calling thread's nice value by ``nice`` (Linux: a thread's own scheduling
     priority), so the machine's other work gets the CPU first and this thread what is left.
-    Returns the thread's nice value after the change; unchanged (and 0 returned) where
-    per-thread priorities do not exist or the change is refused."""
+    Returns the thread's nice value after the change, or 0 when it changed nothing
+    (``nice <= 0``, no per-thread priorities, or the change was refused: logged)."""
     if nice <= 0 or not sys.platform.startswith("linux"):
         return 0
     tid = threading.get_native_id()
