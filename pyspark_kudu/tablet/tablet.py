@@ -323,12 +323,16 @@ class Tablet(TabletCompactions):
             m.rows_fetched_for_update += stats.rows_fetched_for_update
         return result
 
-    def _maybe_flush_locked(self, limit: int | None = None) -> bool:
+    def _mrs_over(self, limit: int | None = None) -> bool:
+        """Whether the MemRowSet holds ``limit`` bytes or more (default: the flush
+        threshold; 0 never)."""
         if limit is None:
             limit = self._options.flush_threshold_bytes
-        if limit and self._mrs is not None and self._mrs.nbytes >= limit:
-            return self._flush_locked()
-        return False
+        mrs = self._mrs
+        return bool(limit) and mrs is not None and mrs.nbytes >= limit
+
+    def _maybe_flush_locked(self, limit: int | None = None) -> bool:
+        return self._flush_locked() if self._mrs_over(limit) else False
 
     # -- flush --------------------------------------------------------------------------
     def flush(self) -> bool:
@@ -340,9 +344,7 @@ class Tablet(TabletCompactions):
     def flush_due(self) -> bool:
         """Whether the MemRowSet reached ``flush_threshold_bytes``: an apply would have
         flushed it had the flush not been deferred (read without the lock: a hint)."""
-        limit = self._options.flush_threshold_bytes
-        mrs = self._mrs
-        return bool(limit) and mrs is not None and mrs.nbytes >= limit
+        return self._mrs_over()
 
     def flush_if_due(self) -> bool:
         """Flush if :meth:`flush_due` (the deferred flush); returns whether it flushed."""
