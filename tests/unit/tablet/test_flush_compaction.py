@@ -160,3 +160,29 @@ def test_a_deferred_flush_waits_for_its_caller_up_to_the_deferred_bound(
     t.close()
     assert ids_at(Tablet.open(str(tmp_path), "t", log=log, options=options)) == [
         1, 2, 3, 4, 5, *big]
+
+
+def test_a_rowset_column_of_distinct_strings_falls_back_to_plain_pages(tmp_path: Path) -> None:
+    """A string column whose values are all distinct stops building its dictionary at the
+    limit (the default 1 MiB let a 65,536-row group build one as large as the column); a
+    column of few values keeps its dictionary; both read back exactly."""
+    import pyarrow.parquet as pq
+
+    from pyspark_kudu.fileio import FileIO
+    from pyspark_kudu.tablet.rowset import DICTIONARY_PAGE_LIMIT, write_parquet
+
+    n = 65_536
+    table = pa.table({"distinct": [f"name-{i}" for i in range(n)],
+                      "few": [f"r{i % 17}" for i in range(n)]})
+    write_parquet(FileIO(str(tmp_path)), "x.parquet", table, n)
+    path = tmp_path / "x.parquet"
+    group = pq.ParquetFile(path).metadata.row_group(0)
+    distinct, few = group.column(0), group.column(1)
+    dictionary_bytes = distinct.data_page_offset - distinct.dictionary_page_offset
+    assert dictionary_bytes <= 2 * DICTIONARY_PAGE_LIMIT and (
+        dictionary_bytes * 10 < distinct.total_compressed_size), (
+        f"a {dictionary_bytes}-byte dictionary for {distinct.total_compressed_size} bytes "
+        "of distinct strings")
+    assert few.has_dictionary_page and few.total_compressed_size * 20 < (
+        distinct.total_compressed_size), "the 17-value column lost its dictionary"
+    assert pq.read_table(path).equals(table)
