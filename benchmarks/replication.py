@@ -8,7 +8,10 @@ through ``KuduContext.upsert_rows`` or ``df.write.format("kudu")`` into an RF=3 
    from a Python list and of one built from an Arrow table, both read in the driver: no
    staging job) against an *empty* 3-task barrier stage pinned to the written tablet's
    replica hosts (the floor any round pays), interleaved one by one so all see the same
-   machine load. Goal: <= 1.5x.
+   machine load. Goal: <= 1.5x. Next to them, the floor of any ``df.write.format(...)``
+   through a Python data source: the same 1-row DataFrame written to a data source whose
+   tasks and commit do nothing (``bench_noop``): Spark's planning, its write job and the
+   commit in a Python worker on the driver, with no storage and no round.
 2. **Size ladder**: 100, 1,000, 10,000 and 100,000-row upserts on the small-write path
    (batches inside the Raft entries) and on the staged path (staging files and a shuffle),
    which is how the default ``kudu.smallWriteBytes`` was chosen.
@@ -39,6 +42,7 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceWriter, WriterCommitMessage
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
@@ -82,6 +86,28 @@ def _empty_barrier(spark: SparkSession, hosts: list[str]) -> float:
                   .barrier().mapPartitions(lambda it: list(it)).collect())
 
 
+class _NoopWriter(DataSourceWriter):
+    def write(self, iterator: Any) -> WriterCommitMessage:
+        for _ in iterator:
+            pass
+        return WriterCommitMessage()
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        pass
+
+
+class _NoopSource(DataSource):
+    """A Python data source whose writes do nothing: what Spark alone charges a
+    ``df.write.format(...)`` through any Python data source (``format("kudu")`` is one)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "bench_noop"
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        return _NoopWriter()
+
+
 class _Writes:
     """The user's two ways of upserting a DataFrame, each returned to the caller."""
 
@@ -111,19 +137,26 @@ class _Writes:
         return _timed(lambda: df.write.format("kudu").option("kudu.table", TABLE)
                       .mode("append").save())
 
+    def noop(self, df: DataFrame) -> float:
+        return _timed(lambda: df.write.format("bench_noop").mode("append").save())
+
 
 def _latency(w: _Writes, hosts: list[str], n: int, writes: int) -> dict[str, Any]:
     empty: list[float] = []
     ctx: list[float] = []
     local: list[float] = []
     fmt: list[float] = []
+    noop: list[float] = []
     for i in range(writes):
         empty.append(_empty_barrier(w.spark, hosts))
         ctx.append(w.context(w.frame((i * 7919) % n, 1)))
         local.append(w.context(w.local_frame((i * 7919 + 2) % n, 1)))
         fmt.append(w.fmt(w.frame((i * 7919 + 1) % n, 1)))
+        noop.append(w.noop(w.frame((i * 7919 + 1) % n, 1)))
     return {"empty_barrier_s": empty, "upsert_rows_1_s": ctx, "format_kudu_1_s": fmt,
-            "upsert_rows_1_local_s": local,
+            "upsert_rows_1_local_s": local, "python_source_noop_1_s": noop,
+            "python_source_noop_1_p50_s": _p50(noop),
+            "python_source_noop_1_vs_empty": _p50(noop) / _p50(empty),
             "empty_barrier_p50_s": _p50(empty), "upsert_rows_1_p50_s": _p50(ctx),
             "upsert_rows_1_local_p50_s": _p50(local),
             "format_kudu_1_p50_s": _p50(fmt),
@@ -222,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     with StandaloneCluster(base / "cluster", workers=args.workers) as cluster:
         spark = cluster_session(cluster.master_url, "bench-replication", args.workers,
                                 conf={"spark.sql.shuffle.partitions": str(args.workers)})
+        spark.dataSource.register(_NoopSource)
         with KuduContext(spark, warehouse=str(base / "warehouse"),
                          location_mapping_cmd=MAPPING) as kudu:
             df = five_columns(spark, n, args.workers)
@@ -241,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
                 _empty_barrier(spark, hosts)
                 w.context(w.frame(0, 1))
                 w.fmt(w.frame(1, 1))
+                w.noop(w.frame(1, 1))
             r["latency"] = _latency(w, hosts, n, args.writes)
             print(f"1-row upsert p50: upsert_rows {r['latency']['upsert_rows_1_p50_s']:.3f} s, "
                   f"format(kudu) {r['latency']['format_kudu_1_p50_s']:.3f} s, empty barrier "
@@ -279,6 +314,9 @@ def _report(r: dict[str, Any]) -> None:
           f"-> {lat['upsert_rows_1_local_vs_empty']:.2f}x")
     print(f"1-row format(kudu) p50:         {lat['format_kudu_1_p50_s'] * 1000:8.1f} ms "
           f"-> {lat['format_kudu_1_vs_empty']:.2f}x")
+    print(f"1-row write to a no-op Python data source p50: "
+          f"{lat['python_source_noop_1_p50_s'] * 1000:8.1f} ms "
+          f"-> {lat['python_source_noop_1_vs_empty']:.2f}x (Spark's floor for format(...))")
     print(f"10,000-row upsert vs delta MERGE: {vd['upsert_10000_vs_delta']:.2f}x, local "
           f"DataFrame {vd['upsert_10000_local_vs_delta']:.2f}x (goal <= 0.5x)")
     print(f"16 writers vs 1: {conc['writes_per_s_16']:.2f} vs {conc['writes_per_s_1']:.2f} "
@@ -295,10 +333,10 @@ def _report(r: dict[str, Any]) -> None:
 
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
     axes[0].bar(["empty\nbarrier", "upsert_rows", "upsert_rows\nlocal df", "format(kudu)",
-                 "bare\nproposal"],
+                 "no-op\nPython\nsource", "bare\nproposal"],
                 [lat["empty_barrier_p50_s"] * 1000, lat["upsert_rows_1_p50_s"] * 1000,
                  lat["upsert_rows_1_local_p50_s"] * 1000, lat["format_kudu_1_p50_s"] * 1000,
-                 r["bare_proposal_p50_s"] * 1000])
+                 lat["python_source_noop_1_p50_s"] * 1000, r["bare_proposal_p50_s"] * 1000])
     axes[0].set_ylabel("p50 ms")
     axes[0].set_title(f"1-row write: {lat['upsert_rows_1_vs_empty']:.2f}x floor, local df "
                       f"{lat['upsert_rows_1_local_vs_empty']:.2f}x (goal <= 1.5x)")
