@@ -58,7 +58,7 @@ from pyspark_kudu.errors import CorruptionError
 from pyspark_kudu.fileio import FileIO
 from pyspark_kudu.schema import Schema
 from pyspark_kudu.tablet.checksums import SegmentCrcs, remember
-from pyspark_kudu.tablet.keys import INDEX_SEED, key_hash
+from pyspark_kudu.tablet.keys import key_hash
 
 __all__ = [
     "BLOOM_SEED",
@@ -74,12 +74,7 @@ U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
 
-#: Seed of the filters written now: the key index's, so that a write batch checks its keys
-#: against a filter with the probe hashes it already computed (keys.probe_hashes) instead of
-#: hashing every composite key a second time (10-15% of such a batch's apply, measured).
-#: Persisted in every file: filters written with the earlier seed (0x626C6F6F6D) are still
-#: read, their hashes computed from the key columns.
-BLOOM_SEED = INDEX_SEED
+BLOOM_SEED = 0x626C6F6F6D  # persisted in every file: changing it keeps old files readable
 DEFAULT_FP_RATE = 1e-6  # TabletOptions.bloom_fp_rate says why
 MAGIC = b"KBLM"
 STANDARD, BLOCKED = 1, 2  # file versions (module docstring)

@@ -118,7 +118,7 @@ def test_replica_matches_model_when_key_hashes_collide(data: st.DataObject, no_f
     although their keys do not, must still answer exactly."""
     real = keys.key_hash
 
-    def four_values(data: Any, schema: Any, seed: int = keys.INDEX_SEED) -> Any:
+    def four_values(data: Any, schema: Any, seed: int = keys._INDEX_SEED) -> Any:
         return real(data, schema, seed) % np.uint64(4)
 
     monkeypatch.setattr(keys, "key_hash", four_values)
