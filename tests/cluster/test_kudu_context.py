@@ -186,13 +186,20 @@ def test_batches_staged_on_a_host_lost_before_the_round_are_staged_again(
         _restart(standalone_cluster, sc, victims)
 
 
+def _staging_dirs(cluster: StandaloneCluster) -> set[Path]:
+    return {d for h in cluster.hosts if (cluster.data_root(h) / "staging").is_dir()
+            for d in (cluster.data_root(h) / "staging").iterdir()}
+
+
 def test_staged_batches_are_pulled_server_to_server_and_the_shuffle_still_delivers(
-    cluster_spark: SparkSession, kudu: KuduContext,
+    cluster_spark: SparkSession, standalone_cluster: StandaloneCluster, kudu: KuduContext,
 ) -> None:
     """A staged write's round is one barrier stage whose hosts' resident servers pull the
     batches (from the staging hosts' servers: RF=3 puts two replicas off each staging
-    host); with pulling off, the two-stage shuffle delivers them. Rows land exactly."""
+    host); with pulling off, the two-stage shuffle delivers them. Rows land exactly, and
+    every host's resident server removes the writes' staging afterwards (no Spark job)."""
     sc = cluster_spark.sparkContext
+    left_before = _staging_dirs(standalone_cluster)
     kudu.create_table("pulled", STRUCT, keys=["id"],
                       partitioning=PartitionSchema((HashDimension(("id",), 3),)))
     secret = kudu.credential.encode()
@@ -222,6 +229,11 @@ def test_staged_batches_are_pulled_server_to_server_and_the_shuffle_still_delive
         t.pull_batches = True
     got = sorted(tuple(r) for r in kudu.read_table("pulled").collect())
     assert got == sorted({**first, **second}.items())
+    wait_until(lambda: _staging_dirs(standalone_cluster) <= left_before, 60,
+               "the writes' staging directories being removed on every host")
+    janitor = kudu._janitor
+    wait_until(lambda: all(janitor.by_server.get(h, 0) >= 1 for h in standalone_cluster.hosts),
+               60, "every host's resident server removing staging (not a Spark job)")
 
 
 def test_a_write_without_a_live_majority_fails_naming_the_tablet_and_its_hosts(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import socket
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,8 +31,9 @@ from pyspark.sql.types import (
 from pyspark_kudu.errors import InvalidArgumentError, RowWriteError
 from pyspark_kudu.partitioning import HashDimension, Partitioner, PartitionSchema
 from pyspark_kudu.spark.api.context import KuduContext
-from pyspark_kudu.spark.host.dataplane import InlineBatch, stage_batches
+from pyspark_kudu.spark.host.dataplane import InlineBatch, StagingJanitor, stage_batches
 from pyspark_kudu.tablet import OpType
+from tests.waiting import wait_until
 
 STRUCT = StructType([StructField("id", LongType(), False), StructField("v", StringType(), True)])
 HASHED = PartitionSchema((HashDimension(("id",), 3),))
@@ -255,3 +257,40 @@ def test_a_local_dataframe_gets_exact_per_row_errors_and_bad_input_writes_nothin
     with pytest.raises(InvalidArgumentError, match=r"table le: .*id"):
         kudu.upsert_rows(bad, "le")
     assert sorted(tuple(r) for r in kudu.read_table("le").collect()) == before
+
+
+def test_a_staged_write_is_cleaned_up_by_the_resident_servers_without_a_spark_job(
+        spark: SparkSession, kudu: KuduContext) -> None:
+    """After a staged write returns, each host's resident tablet server removes its staging
+    directory on a Flight action: no Spark task holds the executor slot that the next
+    write's round needs (the pinned cleanup job used to delay it ~0.55 s on a cluster)."""
+    assert kudu._current_addresses(), "local mode should have found its resident server"
+    kudu.create_table("cl", STRUCT, keys=["id"], partitioning=HASHED)
+    df = _df(spark, range(400))
+    assert _path_taken(kudu, lambda: kudu.write(df, "cl", "upsert",
+                                                small_write_bytes=0)) == "staged"
+    wait_until(lambda: _staged_files(kudu) == [], 30, "the staged write's files being removed")
+    wait_until(lambda: sum(kudu._janitor.by_server.values()) >= 1, 30,
+               "a resident server reporting the cleanup")
+    assert kudu._janitor.by_job == {}, "the cleanup should not have needed a Spark job"
+    assert kudu.read_table("cl").count() == 400
+
+
+def test_staging_on_a_host_whose_server_does_not_answer_is_removed_by_a_pinned_job(
+        spark: SparkSession, kudu: KuduContext) -> None:
+    host = kudu.servers[0].host
+    with socket.socket() as s:  # a port nothing listens on: the server "does not answer"
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    staged = Path(kudu.warehouse) / "staging" / "w-orphan"
+    staged.mkdir(parents=True)
+    (staged / "batch-0").write_bytes(b"x" * 100)
+    janitor = StagingJanitor(spark.sparkContext, [host], kudu.warehouse,
+                             addresses=lambda: {host: dead}, secret=kudu.credential.encode())
+    try:
+        janitor.remove("w-orphan")
+        wait_until(lambda: not staged.exists(), 60, "the orphaned staging directory removed")
+        wait_until(lambda: janitor.by_job.get(host) == 1, 30, "the pinned job reporting it")
+        assert janitor.by_server == {}
+    finally:
+        janitor.close()

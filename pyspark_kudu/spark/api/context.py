@@ -211,8 +211,10 @@ class KuduContext(TabletServers, WritePath, ReplicaManagement):
         self.transport.pull_addresses = self._current_addresses
         self.transport.secret = self._secret.encode()  # for its calls to resident servers
         self._service = ReplicationService(self.transport)
-        self._janitor = StagingJanitor(sc, [s.host for s in self.servers],
-                                       self.warehouse if self._local else None)
+        self._janitor = StagingJanitor(
+            sc, [s.host for s in self.servers], self.warehouse if self._local else None,
+            addresses=self._current_addresses, secret=self._secret.encode(),
+            conf_root=sc.getConf().get("spark.kudu.dataRoot", None))
         self._leaders: dict[str, TabletLeader] = {}
         self._leader_tables: dict[str, str] = {}
         self._acked: dict[str, tuple[str, int, int]] = {}

@@ -14,11 +14,14 @@ ticket: a scan (record batches of the projected columns) or a file range (batche
 requests for this host, handed over by the Spark task pinned here (the task stays the
 unit of scheduling and placement; the server is where the replicas stay open, so a round
 never pays for reopening them in whichever Python worker Spark picked, and one host keeps
-one replica cache rather than one per worker). ``DoAction("ping")`` answers the server's
-address, the data root it serves by default, what it served and its memory
-(:func:`~pyspark_kudu.spark.host.replica_cache.memory_report`). Every call is authenticated with the
-cluster's credential (:mod:`pyspark_kudu.rpc.auth`: HMAC challenge-response, no secret or
-reusable token on the wire); without a credential no server starts. With
+one replica cache rather than one per worker). ``DoAction("remove_staging")``: remove
+finished writes' staging directories (the driver's cleanup after a write; no Spark task,
+so it never holds the executor slot the next write's round needs). ``DoAction("ping")``
+answers the server's address, the data root it serves by default, what it served and its
+memory (:func:`~pyspark_kudu.spark.host.replica_cache.memory_report`). Every call is
+authenticated with the cluster's credential (:mod:`pyspark_kudu.rpc.auth`: HMAC
+challenge-response, no secret or reusable token on the wire); without a credential no
+server starts. With
 ``PYSPARK_KUDU_TLS_CERT/_KEY/_CA`` in the executor's environment
 (``spark.executorEnv.*``; :mod:`pyspark_kudu.rpc.tls`) it serves TLS, the authentication
 running inside it; a bad TLS configuration starts no server (the reason goes to stderr).
@@ -80,6 +83,7 @@ from pyspark_kudu.spark.host.replica_cache import memory_report
 from pyspark_kudu.spark.host.tserver_protocol import (
     ADDRESS_ENV,
     PREFETCH_ACTION,
+    REMOVE_STAGING_ACTION,
     SERVE_ACTION,
     FileRequest,
     ScanRequest,
@@ -314,6 +318,18 @@ def _chunk_batch(chunk: pa.Buffer) -> pa.RecordBatch:
                            names=["chunk"])
 
 
+def _remove_staging(body: bytes) -> int:
+    """Remove the staging directories of the writes ``body`` names (JSON: ``write_ids``, and
+    the data root as a request gives it: ``root``, ``data_root_conf``) on this host; how
+    many there were (``dataplane.remove_staging``: a write id that is not a plain name is
+    refused)."""
+    from pyspark_kudu.spark.host.dataplane import remove_staging
+
+    d = json.loads(body)
+    root = local_data_root(d.get("root"), d.get("data_root_conf"))
+    return remove_staging(root, [str(w) for w in d["write_ids"]])
+
+
 def _staged(req: StagedRequest) -> Iterator[pa.RecordBatch]:
     """A staged batch or log entry of this host, for a replica on another host: read and
     checked against its ref's size and CRC32C here (``dataplane.read_staged``)."""
@@ -405,6 +421,13 @@ def _make_server(host: str, secret: bytes, tls: TlsConfig | None = None) -> Any:
                     raise _flight_error(e) from e
                 yield fl.Result(json.dumps({"started": started}).encode())
                 return
+            if action.type == REMOVE_STAGING_ACTION:
+                try:
+                    removed = _remove_staging(action.body.to_pybytes())
+                except (KuduError, OSError, ValueError) as e:
+                    raise _flight_error(e) from e
+                yield fl.Result(json.dumps({"removed": removed}).encode())
+                return
             if action.type != "ping":
                 raise _flight_error(InvalidArgumentError(
                     f"unknown tablet server action {action.type!r}"))
@@ -426,7 +449,8 @@ def _make_server(host: str, secret: bytes, tls: TlsConfig | None = None) -> Any:
             return [("ping", "this server's address and default data root"),
                     (SERVE_ACTION, "serve a replication round task of this host"),
                     (PREFETCH_ACTION, "start fetching a served tablet copy into a replica "
-                                      "of this host")]
+                                      "of this host"),
+                    (REMOVE_STAGING_ACTION, "remove finished writes' staging directories")]
 
     return TabletServerFlight()
 

@@ -36,6 +36,7 @@ from pyspark_kudu.schema import Predicate, Schema
 from pyspark_kudu.spark.host.tserver_protocol import (
     FILES_KEY,
     PREFETCH_ACTION,
+    REMOVE_STAGING_ACTION,
     SERVE_ACTION,
     FileRequest,
     ScanRequest,
@@ -45,7 +46,7 @@ from pyspark_kudu.spark.host.tserver_protocol import (
 from pyspark_kudu.tablet.scan import combine, fragment_batches, rowset_filter
 
 __all__ = ["fetch_file", "fetch_file_buffers", "fetch_staged", "ping", "prefetch_copy",
-           "read_shared", "scan_remote", "scan_shared", "serve_remote"]
+           "read_shared", "remove_staged", "scan_remote", "scan_shared", "serve_remote"]
 
 _CONNECT_TIMEOUT_S = 10.0
 
@@ -210,6 +211,30 @@ def prefetch_copy(address: str, secret: bytes, ts_uuid: str, root: str | None,
         return bool(json.loads(res.body.to_pybytes())["started"])
     except (pa.ArrowException, fl.FlightError) as e:
         raise _translate(e, address, "prefetching a tablet copy") from e
+    finally:
+        client.close()
+
+
+def remove_staged(address: str, secret: bytes, write_ids: Sequence[str], root: str | None,
+                  data_root_conf: str | None = None, *,
+                  timeout_s: float = _CONNECT_TIMEOUT_S) -> int:
+    """Have the resident tablet server at ``address`` remove the staging directories of
+    ``write_ids`` on its host (data root ``root``, None: the host's, or ``data_root_conf``);
+    returns how many it removed.
+
+    Raises:
+        NetworkError: the server is unreachable.
+        KuduError: the server's own refusal (a write id that is not a plain name), rebuilt.
+    """
+    body = json.dumps({"write_ids": list(write_ids), "root": root,
+                       "data_root_conf": data_root_conf}).encode()
+    client = _connect(address, secret, timeout_s)
+    try:
+        (res,) = list(client.do_action(fl.Action(REMOVE_STAGING_ACTION, body),
+                                       fl.FlightCallOptions(timeout=timeout_s)))
+        return int(json.loads(res.body.to_pybytes())["removed"])
+    except (pa.ArrowException, fl.FlightError) as e:
+        raise _translate(e, address, "removing staged batches") from e
     finally:
         client.close()
 

@@ -38,6 +38,7 @@ from pyspark_kudu.schema import Predicate, PredicateOp
 __all__ = [
     "ADDRESS_ENV",
     "PREFETCH_ACTION",
+    "REMOVE_STAGING_ACTION",
     "SERVE_ACTION",
     "FileRequest",
     "ScanRequest",
@@ -60,6 +61,10 @@ SERVE_ACTION = "serve"
 #: server's host ahead of its install round
 #: (:func:`~pyspark_kudu.spark.host.tserver_client.prefetch_copy`).
 PREFETCH_ACTION = "prefetch_copy"
+#: ``DoAction`` type that removes finished writes' staging directories on the server's host
+#: (:func:`~pyspark_kudu.spark.host.tserver_client.remove_staged`): cleanup needs no Spark
+#: task, so it never holds an executor slot a next write's round is waiting for.
+REMOVE_STAGING_ACTION = "remove_staging"
 
 
 def _ipc(batch: pa.RecordBatch) -> str:
