@@ -63,7 +63,7 @@ import pyarrow.compute as pc
 
 from pyspark_kudu.schema import Schema
 from pyspark_kudu.tablet.bloom import bloom_hashes
-from pyspark_kudu.tablet.keys import LIVE, key_probe, python_keys
+from pyspark_kudu.tablet.keys import LIVE, key_probe, probe_hashes, python_keys
 from pyspark_kudu.tablet.memrowset import MemRowSet, Probe
 from pyspark_kudu.tablet.ops import OpType, RowError, WriteBatch, WriteResult
 from pyspark_kudu.tablet.rowset import DiskRowSet
@@ -236,7 +236,9 @@ class _Round:
             if bloom is not None:
                 self.stats.bloom_checks += 1
                 if bloom.seed not in hashes:
-                    hashes[bloom.seed] = bloom_hashes(qkeys, self.schema, bloom.seed)
+                    known = probe_hashes(need_probe, self.schema, bloom.seed)
+                    hashes[bloom.seed] = (bloom_hashes(qkeys, self.schema, bloom.seed)
+                                          if known is None else known)
                 maybe = bloom.may_contain(hashes[bloom.seed])
                 if not maybe.any():
                     self.stats.bloom_skips += 1

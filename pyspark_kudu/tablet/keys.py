@@ -30,6 +30,7 @@ from pyspark_kudu.schema import RESERVED_PREFIX, Schema
 
 __all__ = [
     "END_COLUMN",
+    "INDEX_SEED",
     "LIVE",
     "ROW_COLUMN",
     "TS_COLUMN",
@@ -37,6 +38,7 @@ __all__ = [
     "is_exact_probe",
     "key_hash",
     "key_probe",
+    "probe_hashes",
     "python_keys",
 ]
 
@@ -46,8 +48,9 @@ ROW_COLUMN = RESERVED_PREFIX + "row"
 LIVE = int(np.iinfo(np.int64).max)
 """End timestamp of a version no later operation has replaced or deleted."""
 
-_INDEX_SEED = 0x6B756475  # any constant; the index never leaves the process (bloom filters,
-# which are persisted, record their own seed: see .bloom)
+INDEX_SEED = 0x6B756475  # any constant. Bloom filters written since 2026-11-29 use it too
+# (.bloom.BLOOM_SEED), so a write batch's probes are its keys' filter hashes; every filter
+# file records its seed, so those written with another one stay readable.
 
 I64 = npt.NDArray[np.int64]
 U64 = npt.NDArray[np.uint64]
@@ -79,7 +82,7 @@ def python_keys(data: pa.Table | pa.RecordBatch, schema: Schema) -> list[Hashabl
     return list(zip(*lists, strict=True))
 
 
-def key_hash(data: pa.Table | pa.RecordBatch, schema: Schema, seed: int = _INDEX_SEED) -> U64:
+def key_hash(data: pa.Table | pa.RecordBatch, schema: Schema, seed: int = INDEX_SEED) -> U64:
     """The deterministic 64-bit hash of each row's key (all key columns, the partitioner's
     hash, so equal in every process for a given ``seed``)."""
     return hash_columns([_column(data, c) for c in schema.primary_key], seed)
@@ -103,6 +106,15 @@ def key_probe(data: pa.Table | pa.RecordBatch, schema: Schema) -> I64 | U64:
             arr = arr.cast(pa.int32())
         return np.asarray(arr.cast(pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
     return key_hash(data, schema)
+
+
+def probe_hashes(probe: I64 | U64, schema: Schema, seed: int) -> U64 | None:
+    """``key_hash(rows, schema, seed)`` taken from the rows' :func:`key_probe` when the probe
+    is that hash (keys that are not one integer-like column, and ``seed`` the probes'
+    seed); ``None`` when it has to be computed from the key columns."""
+    if seed != INDEX_SEED or is_exact_probe(schema):
+        return None
+    return np.asarray(probe, dtype=np.uint64)
 
 
 class KeyIndex:

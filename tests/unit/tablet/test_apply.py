@@ -158,8 +158,9 @@ def test_key_index_survives_hash_collisions(tmp_path: Path, no_fsync: None,
 
     real = keys_mod.key_hash
 
-    def weak(data: pa.Table, schema: Schema) -> np.ndarray:  # 3 distinct values: collisions
-        return real(data, schema) % np.uint64(3)
+    def weak(data: pa.Table, schema: Schema, seed: int = keys_mod.INDEX_SEED) -> np.ndarray:
+        # 3 distinct values: collisions. The real signature: bloom filters hash with it too.
+        return real(data, schema, seed) % np.uint64(3)
 
     monkeypatch.setattr(keys_mod, "key_hash", weak)
     schema = Schema((ColumnSchema("k", "string", nullable=False), ColumnSchema("n", "int32")),

@@ -238,11 +238,24 @@ def test_inserting_fresh_keys_loads_no_key_index_only_with_blooms(
     elif blooms == "standard":
         _rewrite_blooms_standard(root, "t")
     t = Tablet.open(root, "t", options=OPTIONS)  # no index in memory
-    for part in np.array_split(fresh, 8):
+    parts = np.array_split(fresh, 8)
+    # Which rowsets' filters admit some key of each part: a false positive at 1e-6 per key
+    # is rare but these are 32,000 key checks, so the test asks the filters, not its luck.
+    d = tablet_dir(root, "t")
+    filters = [read_bloom(d, m.bloom)[0] for m in Superblock.load(d).rowsets
+               if m.bloom is not None]
+    admitted = [{j for j, f in enumerate(filters)
+                 if f.may_contain(bloom_hashes(pa.table({"id": part}), INT_KEY, f.seed)).any()}
+                for part in parts]
+    for part in parts:
         assert _apply(t, OpType.INSERT, part) == []
     if blooms != "none":
-        assert t.metrics.key_index_loads == 0
-        assert t.metrics.bloom_skips == t.metrics.bloom_checks == 8 * ROWSETS
+        assert sum(map(len, admitted)) <= 2, f"filters admitting fresh keys: {admitted}"
+        # Only an admitted (part, rowset) pair reads the rowset (its index or a point lookup).
+        fp_reads = t.metrics.key_index_loads + t.metrics.point_lookups
+        assert fp_reads <= sum(map(len, admitted)), (t.metrics, admitted)
+        assert t.metrics.bloom_checks == 8 * ROWSETS
+        assert t.metrics.bloom_skips == 8 * ROWSETS - sum(map(len, admitted))
     else:
         assert t.metrics.key_index_loads == ROWSETS
         assert t.metrics.bloom_checks == 0
@@ -340,3 +353,66 @@ def test_a_tablet_copy_carries_the_bloom_files(
     assert _apply(dst, OpType.INSERT, fresh[:300]) == []
     assert dst.metrics.key_index_loads == 0
     assert _apply(dst, OpType.INSERT, [old[1]]) == ["AlreadyPresent"]
+
+
+@pytest.mark.parametrize("seed", ["current", "earlier"])
+def test_composite_keys_are_checked_with_the_batchs_own_probes_and_old_seeds_still_work(
+        tmp_path: Path, no_fsync: None, monkeypatch: pytest.MonkeyPatch, seed: str) -> None:
+    """Filters written now share the key index's seed, so a batch of composite keys asks
+    them with the hashes it already has (no second hash of every key); a filter written
+    with the earlier seed is asked with hashes computed for it. Both answer exactly."""
+    import datetime as dt
+
+    from pyspark_kudu.tablet import apply as apply_module
+    from pyspark_kudu.tablet.bloom import BLOOM_SEED
+
+    def rows(lo: int, hi: int) -> pa.Table:
+        n = np.arange(lo, hi)
+        return pa.table({
+            "h": [f"h{i % 7}" for i in n],
+            "r": pa.array([dt.datetime(2026, 1, 1) + dt.timedelta(seconds=int(i) * 37)
+                           for i in n], pa.timestamp("us")),
+            "n": pa.array(n, pa.int32()), "v": pa.array(n, pa.int64())})
+
+    root = str(tmp_path)
+    t = Tablet.create(root, "t", COMPOSITE, log=MemoryLog(), options=OPTIONS)
+    index = 0
+
+    def apply(op: OpType, table: pa.Table) -> list[str]:
+        nonlocal index
+        index += 1
+        data = encode_write_batch(COMPOSITE, op, table)
+        assert t.log is not None
+        t.log.append((index, data))  # type: ignore[attr-defined]
+        return [e.status for e in t.apply(index, data).errors]
+
+    for r in range(3):
+        assert apply(OpType.INSERT, rows(r * 400, (r + 1) * 400)) == []
+        t.flush()
+    d = tablet_dir(root, "t")
+    earlier = 0x626C6F6F6D
+    if seed == "earlier":  # as a build from before the shared seed wrote them
+        for m in Superblock.load(d).rowsets:
+            assert m.bloom is not None
+            keys = pq.read_table(d.path(m.file), columns=["h", "r", "n"])
+            old = BloomFilter.sized(keys.num_rows, OPTIONS.bloom_fp_rate, seed=earlier)
+            old.add(bloom_hashes(keys, COMPOSITE, earlier))
+            write_bloom(d, m.bloom, old, bloom_check(COMPOSITE, m.min_key, earlier))
+    want_seed = BLOOM_SEED if seed == "current" else earlier
+    assert {read_bloom(d, m.bloom)[0].seed for m in Superblock.load(d).rowsets
+            if m.bloom is not None} == {want_seed}
+    hashed: list[int] = []
+    real = apply_module.bloom_hashes
+    monkeypatch.setattr(apply_module, "bloom_hashes",
+                        lambda data, schema, s: hashed.append(s) or real(data, schema, s))
+    t = Tablet.open(root, "t", log=t.log, options=OPTIONS)
+    checks = t.metrics.bloom_checks
+    assert apply(OpType.INSERT, rows(5_000, 5_300)) == []  # fresh keys: every filter says no
+    assert t.metrics.bloom_skips == t.metrics.bloom_checks - checks == 3
+    assert t.metrics.key_index_loads == 0
+    assert hashed == ([] if seed == "current" else [earlier])  # once per batch and seed
+    # Keys that are there are found, wherever they are.
+    assert apply(OpType.INSERT, rows(398, 402)) == ["AlreadyPresent"] * 4
+    assert apply(OpType.INSERT, rows(5_299, 5_301)) == ["AlreadyPresent"]
+    t.flush()
+    assert t.scan_table(["n"]).num_rows == 1_200 + 301
