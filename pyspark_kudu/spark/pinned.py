@@ -99,13 +99,13 @@ def executor_hosts(sc: SparkContext) -> dict[str, list[str]]:
     costs one Py4J call: the block manager ids' text, parsed. Walking the JVM's set
     through Py4J took 4 calls per executor plus a Java exception converted at its end,
     25-65 ms per call on the 6-worker test cluster. Should the text ever not parse (every
-    id must match), the ids are walked instead.
+    id must match), the ids are walked instead. The converter class is the per-gateway one
+    (:class:`_JvmNames`): resolving ``jvm.scala.jdk.javaapi...`` anew cost four lookups, three
+    of them a scan of the driver's whole classpath for a class named like the package.
     """
     jsc = sc._jsc.sc()
     status = jsc.env().blockManager().master().getMemoryStatus()
-    jvm = sc._jvm
-    assert jvm is not None
-    ids = jvm.scala.jdk.javaapi.CollectionConverters.asJava(status.keySet())
+    ids = _jvm_names(sc).converters.asJava(status.keySet())
     pairs = parse_block_manager_ids(str(ids.toString()))
     if pairs is None:
         pairs = []
