@@ -22,9 +22,10 @@ Usage::
 The package follows DESIGN §5 for files and §3 for what it consumes (committed entries).
 Where things are documented: :mod:`.ops` (the replicated write-batch bytes), :mod:`.apply`
 (per-row semantics), :mod:`.keys` (versions, MVCC visibility, the key index),
-:mod:`.memrowset`, :mod:`.rowset` (Parquet rowsets and delta files), :mod:`.bloom` (their
-key filters), :mod:`.lookup` (the row groups a point lookup reads), :mod:`.superblock`
-(the commit point of flush and compaction), :mod:`.compaction`, :mod:`.scan` (pruning and
+:mod:`.memrowset`, :mod:`.rowset` (Parquet rowsets and delta files), :mod:`.parquet_files`
+(how those files are written and read), :mod:`.bloom` (their key filters), :mod:`.lookup`
+(the row groups a point lookup reads), :mod:`.superblock` (the commit point of flush and
+compaction), :mod:`.compaction`, :mod:`.scan` (pruning and
 pushdown), :mod:`.tablet` (bootstrap, crash safety, threads), :mod:`.copy`,
 :mod:`.committed_log` (the committed-log protocol and the WAL adapter), :mod:`.state`
 (lifecycle), :mod:`.faults`.

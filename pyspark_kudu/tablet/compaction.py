@@ -38,13 +38,13 @@ from pyspark_kudu.tablet.keys import (
     is_exact_probe,
     key_probe,
 )
+from pyspark_kudu.tablet.parquet_files import write_parquet
 from pyspark_kudu.tablet.rowset import (
     DiskRowSet,
     RowSetMeta,
     bloom_check,
     bloom_file,
     rowset_file,
-    write_parquet,
 )
 
 __all__ = ["ROWSET_ENCODINGS", "prepare_versions", "sort_versions", "take_rows", "write_rowset"]

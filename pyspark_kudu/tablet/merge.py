@@ -14,7 +14,7 @@ therefore holds at most its last key's versions plus one batch: the merge holds 
 between keys (all versions of a key stay in one file, key ranges do not overlap) at the
 same places a cut of the whole sorted output would take: the first key boundary at or after
 ``target_rows`` rows into each file. Files are written row group by row group
-(:class:`~pyspark_kudu.tablet.rowset.ParquetSink`). Each file keeps its keys' bloom hashes
+(:class:`~pyspark_kudu.tablet.parquet_files.ParquetSink`). Each file keeps its keys' bloom hashes
 as its rows go by (8 bytes per row, not the keys) and fills its bloom filter (:mod:`.bloom`)
 once, when it is done, sized for the rows it got: one dense pass over the filter instead of
 a scattered OR per piece, which cost ~130 ns per key and hash function (20 at the default
@@ -50,13 +50,12 @@ from pyspark_kudu.tablet.keys import (
     is_exact_probe,
     key_probe,
 )
+from pyspark_kudu.tablet.parquet_files import ParquetSink, physical_schema
 from pyspark_kudu.tablet.rowset import (
     DiskRowSet,
-    ParquetSink,
     RowSetMeta,
     bloom_check,
     bloom_file,
-    physical_schema,
     rowset_file,
 )
 

@@ -43,7 +43,8 @@ from pyspark_kudu.partitioning import predicate_interval, predicate_value_sets
 from pyspark_kudu.schema import Predicate, PredicateOp, Schema
 from pyspark_kudu.tablet.keys import END_COLUMN, ROW_COLUMN, TS_COLUMN
 from pyspark_kudu.tablet.memrowset import MemRowSetView
-from pyspark_kudu.tablet.rowset import DiskRowSet, RowSetMeta, physical_schema
+from pyspark_kudu.tablet.parquet_files import physical_schema
+from pyspark_kudu.tablet.rowset import DiskRowSet, RowSetMeta
 
 __all__ = [
     "RowSetSource",

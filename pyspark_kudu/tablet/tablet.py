@@ -53,12 +53,12 @@ from pyspark_kudu.tablet.faults import crash_point
 from pyspark_kudu.tablet.memory import KEY_INDEXES, release_unused_memory
 from pyspark_kudu.tablet.memrowset import MemRowSet
 from pyspark_kudu.tablet.ops import RowError, WriteResult, decode_write_batch
+from pyspark_kudu.tablet.parquet_files import write_delta_file
 from pyspark_kudu.tablet.rowset import (
     DeltaFileMeta,
     DiskRowSet,
     RowSetMeta,
     delta_file,
-    write_delta_file,
 )
 from pyspark_kudu.tablet.scan import (
     RowSetSource,

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from pyspark_kudu.fileio import FileIO
 from pyspark_kudu.tablet import checksums
 from pyspark_kudu.tablet.bloom import BloomFilter, write_bloom
-from pyspark_kudu.tablet.rowset import write_parquet
+from pyspark_kudu.tablet.parquet_files import write_parquet
 
 
 def _by_segment(data: bytes, seg: int) -> tuple[int, ...]:

@@ -169,7 +169,7 @@ def test_a_rowset_column_of_distinct_strings_falls_back_to_plain_pages(tmp_path:
     import pyarrow.parquet as pq
 
     from pyspark_kudu.fileio import FileIO
-    from pyspark_kudu.tablet.rowset import DICTIONARY_PAGE_LIMIT, write_parquet
+    from pyspark_kudu.tablet.parquet_files import DICTIONARY_PAGE_LIMIT, write_parquet
 
     n = 65_536
     table = pa.table({"distinct": [f"name-{i}" for i in range(n)],
