@@ -168,9 +168,9 @@ def _latency(w: _Writes, hosts: list[str], n: int, writes: int) -> dict[str, Any
 def _ladder(w: _Writes, n: int, repeats: int) -> dict[str, Any]:
     """Each repeat writes every size in turn (not every repeat of one size, then the next):
     the background work an earlier phase left (replicas applying, compacting) then weighs on
-    all sizes alike. Each write here follows a staged one, whose staging cleanup job
-    (``StagingJanitor``) the next round waits behind: a 100-row write pays it in full
-    (~0.9 s against ~0.35 s after a pause), a 10,000-row one hides it behind its own encoding."""
+    all sizes alike. Each inline write here follows a staged one: until e41d335 that
+    write's staging cleanup was a pinned Spark job the next round waited behind (a 100-row
+    write ~0.9 s against ~0.35 s after a pause); the resident servers remove staging now."""
     inline: dict[int, list[float]] = {size: [] for size in LADDER}
     staged: dict[int, list[float]] = {size: [] for size in LADDER}
     for rep in range(repeats):

@@ -67,7 +67,7 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -330,6 +330,13 @@ def _remove_staging(body: bytes) -> int:
     return remove_staging(root, [str(w) for w in d["write_ids"]])
 
 
+#: Actions answered in JSON by a module function of the body.
+_JSON_ACTIONS: dict[str, Callable[[bytes], dict[str, Any]]] = {
+    PREFETCH_ACTION: lambda body: {"started": _prefetch(body)},
+    REMOVE_STAGING_ACTION: lambda body: {"removed": _remove_staging(body)},
+}
+
+
 def _staged(req: StagedRequest) -> Iterator[pa.RecordBatch]:
     """A staged batch or log entry of this host, for a replica on another host: read and
     checked against its ref's size and CRC32C here (``dataplane.read_staged``)."""
@@ -414,19 +421,13 @@ def _make_server(host: str, secret: bytes, tls: TlsConfig | None = None) -> Any:
                     self.rounds_served += 1
                 yield fl.Result(out)
                 return
-            if action.type == PREFETCH_ACTION:
+            handler = _JSON_ACTIONS.get(action.type)
+            if handler is not None:
                 try:
-                    started = _prefetch(action.body.to_pybytes())
+                    answer = handler(action.body.to_pybytes())
                 except (KuduError, OSError, ValueError) as e:
                     raise _flight_error(e) from e
-                yield fl.Result(json.dumps({"started": started}).encode())
-                return
-            if action.type == REMOVE_STAGING_ACTION:
-                try:
-                    removed = _remove_staging(action.body.to_pybytes())
-                except (KuduError, OSError, ValueError) as e:
-                    raise _flight_error(e) from e
-                yield fl.Result(json.dumps({"removed": removed}).encode())
+                yield fl.Result(json.dumps(answer).encode())
                 return
             if action.type != "ping":
                 raise _flight_error(InvalidArgumentError(

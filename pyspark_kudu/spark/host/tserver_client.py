@@ -204,15 +204,9 @@ def prefetch_copy(address: str, secret: bytes, ts_uuid: str, root: str | None,
     """
     body = json.dumps({"ts_uuid": ts_uuid, "root": root, "index": index,
                        "manifest": manifest.decode("latin-1")}).encode()
-    client = _connect(address, secret, timeout_s)
-    try:
-        (res,) = list(client.do_action(fl.Action(PREFETCH_ACTION, body),
-                                       fl.FlightCallOptions(timeout=timeout_s)))
-        return bool(json.loads(res.body.to_pybytes())["started"])
-    except (pa.ArrowException, fl.FlightError) as e:
-        raise _translate(e, address, "prefetching a tablet copy") from e
-    finally:
-        client.close()
+    answer = _json_action(address, secret, PREFETCH_ACTION, body, timeout_s,
+                          "prefetching a tablet copy")
+    return bool(answer["started"])
 
 
 def remove_staged(address: str, secret: bytes, write_ids: Sequence[str], root: str | None,
@@ -228,27 +222,27 @@ def remove_staged(address: str, secret: bytes, write_ids: Sequence[str], root: s
     """
     body = json.dumps({"write_ids": list(write_ids), "root": root,
                        "data_root_conf": data_root_conf}).encode()
-    client = _connect(address, secret, timeout_s)
-    try:
-        (res,) = list(client.do_action(fl.Action(REMOVE_STAGING_ACTION, body),
-                                       fl.FlightCallOptions(timeout=timeout_s)))
-        return int(json.loads(res.body.to_pybytes())["removed"])
-    except (pa.ArrowException, fl.FlightError) as e:
-        raise _translate(e, address, "removing staged batches") from e
-    finally:
-        client.close()
+    answer = _json_action(address, secret, REMOVE_STAGING_ACTION, body, timeout_s,
+                          "removing staged batches")
+    return int(answer["removed"])
 
 
 def ping(address: str, secret: bytes, *, timeout_s: float = _CONNECT_TIMEOUT_S
          ) -> dict[str, Any]:
     """The server's own description (address, host, default data root, scans served)."""
+    return _json_action(address, secret, "ping", b"", timeout_s, "ping")
+
+
+def _json_action(address: str, secret: bytes, action: str, body: bytes, timeout_s: float,
+                 what: str) -> dict[str, Any]:
+    """The JSON answer of the server at ``address`` to one ``DoAction``."""
     client = _connect(address, secret, timeout_s)
     try:
-        (res,) = list(client.do_action(fl.Action("ping", b""),
+        (res,) = list(client.do_action(fl.Action(action, body),
                                        fl.FlightCallOptions(timeout=timeout_s)))
         return dict(json.loads(res.body.to_pybytes()))
     except (pa.ArrowException, fl.FlightError) as e:
-        raise _translate(e, address, "ping") from e
+        raise _translate(e, address, what) from e
     finally:
         client.close()
 
