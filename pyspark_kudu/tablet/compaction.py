@@ -37,6 +37,7 @@ from pyspark_kudu.tablet.keys import (
     TS_COLUMN,
     is_exact_probe,
     key_probe,
+    probe_hashes,
 )
 from pyspark_kudu.tablet.parquet_files import write_parquet
 from pyspark_kudu.tablet.rowset import (
@@ -47,9 +48,17 @@ from pyspark_kudu.tablet.rowset import (
     rowset_file,
 )
 
-__all__ = ["ROWSET_ENCODINGS", "prepare_versions", "sort_versions", "take_rows", "write_rowset"]
+__all__ = [
+    "ROWSET_ENCODINGS",
+    "kept_versions",
+    "prepare_versions",
+    "sort_versions",
+    "take_rows",
+    "write_rowset",
+]
 
 I64 = npt.NDArray[np.int64]
+U64 = npt.NDArray[np.uint64]
 #: Column encodings of every rowset file (flush and compaction outputs alike).
 ROWSET_ENCODINGS = {ROW_COLUMN: "DELTA_BINARY_PACKED"}
 
@@ -74,11 +83,17 @@ def take_rows(table: pa.Table, rows: I64) -> pa.Table:
     return pa.Table.from_arrays([c.take(idx) for c in table.columns], schema=table.schema)
 
 
+def kept_versions(begin: I64, end: I64, history_mark: int) -> npt.NDArray[np.bool_]:
+    """Which MemRowSet versions a flush writes: ended after they began (not replaced within
+    their own entry) and after the ancient history mark."""
+    return np.asarray((end > begin) & (end > history_mark))
+
+
 def prepare_versions(schema: Schema, table: pa.Table, begin: I64, end: I64,
                      history_mark: int, order: I64 | None = None) -> pa.Table:
     """MemRowSet versions (schema columns) -> sorted table with ``ts``/``end`` columns.
     ``order``: the versions' (key, ts) order if known (:meth:`.MemRowSet.key_order`)."""
-    keep = (end > begin) & (end > history_mark)
+    keep = kept_versions(begin, end, history_mark)
     table = table.select(schema.names)
     if order is not None:
         order = order[keep[order]]
@@ -98,9 +113,12 @@ def prepare_versions(schema: Schema, table: pa.Table, begin: I64, end: I64,
 
 
 def write_rowset(fileio: FileIO, rowset_id: int, table: pa.Table, schema: Schema,
-                 row_group_rows: int, bloom_fp_rate: float = DEFAULT_FP_RATE) -> DiskRowSet:
+                 row_group_rows: int, bloom_fp_rate: float = DEFAULT_FP_RATE,
+                 key_hashes: U64 | None = None) -> DiskRowSet:
     """Write a sorted ``(schema columns, ts, end)`` table as rowset ``rowset_id``: its
-    Parquet file and its bloom filter."""
+    Parquet file and its bloom filter. ``key_hashes``: the rows' ``keys.key_hash`` (at
+    ``keys.INDEX_SEED``), in any order (a filter is a set), if the caller has them (a
+    MemRowSet's index probes): the filter is built from them instead of hashing again."""
     n = table.num_rows
     table = table.append_column(pa.field(ROW_COLUMN, pa.int64(), nullable=False),
                                 pa.array(np.arange(n, dtype=np.int64)))
@@ -114,7 +132,8 @@ def write_rowset(fileio: FileIO, rowset_id: int, table: pa.Table, schema: Schema
     ended = end[end != LIVE]
     min_key = tuple(first[k] for k in pk)
     bloom = BloomFilter.sized(n, bloom_fp_rate)
-    bloom.add(bloom_hashes(table, schema))
+    hashes = None if key_hashes is None else probe_hashes(key_hashes, schema, bloom.seed)
+    bloom.add(bloom_hashes(table, schema, bloom.seed) if hashes is None else hashes)
     bloom_name = bloom_file(rowset_id)
     write_bloom(fileio, bloom_name, bloom, bloom_check(schema, min_key, bloom.seed))
     meta = RowSetMeta(

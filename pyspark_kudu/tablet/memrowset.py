@@ -207,6 +207,17 @@ class MemRowSet:
         index's sorted runs instead of a sort of the whole MemRowSet."""
         return self._runs.order() if self._exact and self._n else None
 
+    def key_hashes(self) -> npt.NDArray[np.uint64] | None:
+        """Every position's :func:`~.keys.key_hash` (at ``keys.INDEX_SEED``) when the index
+        probes by hash, else ``None``: a flush builds the rowset's bloom filter from these
+        instead of hashing every key again."""
+        if self._exact or not self._n:
+            return None
+        out = np.empty(self._n, dtype=np.uint64)
+        for run in self._runs.runs:
+            out[run.positions] = run.probes
+        return out
+
     def is_live(self, positions: I64) -> npt.NDArray[np.bool_]:
         return np.asarray(self._end[positions] == LIVE)
 

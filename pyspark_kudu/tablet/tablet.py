@@ -48,7 +48,7 @@ from pyspark_kudu.fileio import FileIO
 from pyspark_kudu.schema import Predicate, Schema
 from pyspark_kudu.tablet.apply import ApplyStats, apply_batch
 from pyspark_kudu.tablet.committed_log import CommittedLog, LogRecord
-from pyspark_kudu.tablet.compaction import prepare_versions, write_rowset
+from pyspark_kudu.tablet.compaction import kept_versions, prepare_versions, write_rowset
 from pyspark_kudu.tablet.faults import crash_point
 from pyspark_kudu.tablet.memory import KEY_INDEXES, release_unused_memory
 from pyspark_kudu.tablet.memrowset import MemRowSet
@@ -367,9 +367,13 @@ class Tablet(TabletCompactions):
                 table = prepare_versions(sb.schema, view.table(), view.begin, view.end,
                                          sb.ancient_history_mark, mrs.key_order())
                 if table.num_rows:
+                    hashes = mrs.key_hashes()  # the index's probes, if they are hashes
+                    if hashes is not None:
+                        hashes = hashes[kept_versions(view.begin, view.end,
+                                                      sb.ancient_history_mark)]
                     new_rowset = write_rowset(self._dir, next_id, table, sb.schema,
                                               self._options.row_group_rows,
-                                              self._options.bloom_fp_rate)
+                                              self._options.bloom_fp_rate, hashes)
                     next_id += 1
                     crash_point("flush.after_rowset")
             deltas: list[tuple[DiskRowSet, DeltaFileMeta]] = []

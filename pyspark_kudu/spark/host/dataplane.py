@@ -238,7 +238,8 @@ def stage_batches(schema: Schema, partitioner: Partitioner, op: OpType, write_id
 
         def flush(pidx: int, rows: pa.Table) -> Iterator[pa.RecordBatch]:
             nonlocal held_bytes, inline
-            b = InlineBatch(encode_write_batch(schema, op, rows), rows.num_rows, pidx, int(op))
+            b = InlineBatch(encode_write_batch(schema, op, rows, key_order=True), rows.num_rows,
+                            pidx, int(op))
             if inline and held_bytes + len(b.data) <= small_write_bytes:
                 held.append(b)
                 held_bytes += len(b.data)

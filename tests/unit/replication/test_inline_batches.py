@@ -90,3 +90,34 @@ def test_inline_batches_round_trip_and_are_told_apart_from_refs(data: bytes) -> 
     ref = StagedRef("h", "/r", "staging/w/x.bin", 3, 4, 5, 1, int(OpType.INSERT))
     assert decode_staged(ref.encode()) == ref and InlineBatch.decode(ref.encode()) is None
     assert decode_staged(b"not staged") is None
+
+
+@pytest.mark.parametrize("small_write_bytes", [1 << 20, 0], ids=["inline", "staged"])
+def test_every_batch_a_task_encodes_is_in_key_order(tmp_path: Path,
+                                                    small_write_bytes: int) -> None:
+    """Writers encode each batch sorted by primary key (``encode_write_batch(key_order=
+    True)``): the replicas' flush sorts then merge sorted runs instead of sorting rows in
+    input order, once per replica."""
+    composite = Schema((ColumnSchema("h", "string", nullable=False),
+                        ColumnSchema("n", "int64", nullable=False),
+                        ColumnSchema("v", "int64")), ("h", "n"))
+    fn = stage_batches(composite, Partitioner(composite, PartitionSchema(
+        (HashDimension(("n",), 2),))), OpType.UPSERT, "w", str(tmp_path), 100,
+        small_write_bytes)
+    n = list(range(900, 0, -1))  # descending: the input is not in key order
+    batch = pa.RecordBatch.from_pydict({"h": [f"h{i % 5}" for i in n], "n": n, "v": n})
+    seen = 0
+    for rb in fn(iter([batch])):
+        for raw in rb.column(0).to_pylist():
+            item = decode_staged(raw)
+            assert item is not None
+            data = item.data if isinstance(item, InlineBatch) else read_staged(item)
+            assert data is not None
+            wb = decode_write_batch(data)
+            assert wb is not None
+            keys = list(zip(wb.rows.column("h").to_pylist(), wb.rows.column("n").to_pylist(),
+                            strict=True))
+            assert keys == sorted(keys), f"batch of tablet {item.tablet} is not in key order"
+            assert wb.rows.column("v").to_pylist() == [k for _, k in keys]  # rows kept whole
+            seen += len(keys)
+    assert seen == 900

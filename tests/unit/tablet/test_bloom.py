@@ -416,3 +416,57 @@ def test_composite_keys_are_checked_with_the_batchs_own_probes_and_old_seeds_sti
     assert apply(OpType.INSERT, rows(5_299, 5_301)) == ["AlreadyPresent"]
     t.flush()
     assert t.scan_table(["n"]).num_rows == 1_200 + 301
+
+
+def test_a_flush_builds_a_composite_keys_filter_from_the_index_probes(
+        tmp_path: Path, no_fsync: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The MemRowSet's index already holds every composite key's hash at the filters' seed:
+    a flush builds the rowset's filter from those (no second hash of every key), and the
+    filter is bit for bit the one hashing the written rows gives, replaced and deleted
+    versions left out like their rows."""
+    import datetime as dt
+
+    from pyspark_kudu.tablet import compaction
+
+    def rows(ids: np.ndarray, v: int) -> pa.Table:
+        return pa.table({
+            "h": [f"h{i % 7}" for i in ids],
+            "r": pa.array([dt.datetime(2026, 1, 1) + dt.timedelta(seconds=int(i) * 37)
+                           for i in ids], pa.timestamp("us")),
+            "n": pa.array(ids, pa.int32()), "v": pa.array(ids * 0 + v, pa.int64())})
+
+    root = str(tmp_path)
+    t = Tablet.create(root, "t", COMPOSITE, log=MemoryLog(), options=OPTIONS)
+    index = 0
+
+    def apply(op: OpType | list[int], table: pa.Table) -> None:
+        nonlocal index
+        index += 1
+        data = encode_write_batch(COMPOSITE, op, table)
+        assert t.log is not None
+        t.log.append((index, data))  # type: ignore[attr-defined]
+        assert t.apply(index, data).ok
+
+    apply(OpType.INSERT, rows(np.arange(0, 600), 1))
+    apply(OpType.UPSERT, rows(np.arange(300, 900), 2))  # replaces 300..599
+    apply(OpType.DELETE, rows(np.arange(0, 50), 0).select(["h", "r", "n"]))
+    # Keys 5000..5009 live and die within one entry: no version is written, no filter bit.
+    apply([OpType.INSERT] * 10 + [OpType.DELETE] * 10,
+          rows(np.concatenate([np.arange(5000, 5010)] * 2), 3))
+    rehashed: list[int] = []
+    real = compaction.bloom_hashes
+    monkeypatch.setattr(compaction, "bloom_hashes",
+                        lambda data, schema, s: rehashed.append(data.num_rows)
+                        or real(data, schema, s))
+    assert t.flush()
+    assert rehashed == []  # built from the probes
+    d = tablet_dir(root, "t")
+    (meta,) = Superblock.load(d).rowsets
+    assert meta.bloom is not None
+    got = read_bloom(d, meta.bloom)[0]
+    written = pq.read_table(d.path(meta.file), columns=["h", "r", "n"])
+    want = BloomFilter.sized(written.num_rows, OPTIONS.bloom_fp_rate)
+    want.add(real(written, COMPOSITE, want.seed))
+    assert (got.seed, got.k, got.num_bits) == (want.seed, want.k, want.num_bits)
+    assert np.array_equal(got.bits, want.bits)
+    assert got.may_contain(real(rows(np.arange(0, 900), 0), COMPOSITE, got.seed)).all()

@@ -131,3 +131,44 @@ def test_package_usage_example_runs(tmp_path: object) -> None:
     block = doc.split("Usage::", 1)[1].split("\n\n", 1)[1].split("\n\nThe package", 1)[0]
     code = "\n".join(line[4:] for line in block.splitlines())
     exec(code.replace('"/data/ts1"', repr(str(tmp_path))), {})
+
+
+def test_key_order_sorts_rows_stably_by_key_and_keeps_each_rows_op() -> None:
+    """What a writer encodes: rows in primary-key order, the operations on one key in their
+    original order (an insert then a delete of one key stays that), each row with its op."""
+    composite = Schema((ColumnSchema("h", "string", nullable=False),
+                        ColumnSchema("n", "int32", nullable=False),
+                        ColumnSchema("v", "int64")), ("h", "n"))
+    h = ["b", "a", "b", "a", "a", "c"]
+    n = [2, 9, 1, 9, 3, 0]
+    v = [0, 1, 2, 3, 4, 5]
+    ops = [OpType.UPSERT, OpType.INSERT, OpType.UPSERT, OpType.DELETE, OpType.UPSERT,
+           OpType.UPSERT]
+    wb = decode_write_batch(encode_write_batch(
+        composite, ops, pa.table({"h": h, "n": pa.array(n, pa.int32()), "v": v}),
+        key_order=True))
+    assert wb is not None
+    got = list(zip(wb.rows.column("h").to_pylist(), wb.rows.column("n").to_pylist(),
+                   wb.rows.column("v").to_pylist(), wb.ops.tolist(), strict=True))
+    assert got == [("a", 3, 4, OpType.UPSERT), ("a", 9, 1, OpType.INSERT),
+                   ("a", 9, 3, OpType.DELETE), ("b", 1, 2, OpType.UPSERT),
+                   ("b", 2, 0, OpType.UPSERT), ("c", 0, 5, OpType.UPSERT)]
+    # One integer key: sorted by value (stably); rows in order already are left as they are.
+    ids = np.array([5, 3, 5, 1], dtype=np.int64)
+    wb = decode_write_batch(encode_write_batch(
+        SCHEMA, OpType.UPSERT, pa.table({"id": ids, "name": ["p", "q", "r", "s"]}),
+        key_order=True))
+    assert wb is not None
+    assert wb.rows.column("id").to_pylist() == [1, 3, 5, 5]
+    assert wb.rows.column("name").to_pylist() == ["s", "q", "p", "r"]
+    ordered = pa.table({"id": np.arange(10), "name": [str(i) for i in range(10)]})
+    assert (encode_write_batch(SCHEMA, OpType.UPSERT, ordered, key_order=True)
+            == encode_write_batch(SCHEMA, OpType.UPSERT, ordered))
+
+
+def test_key_order_validates_before_sorting() -> None:
+    """A null key is named at the row the caller gave, not where a sort would put it."""
+    with pytest.raises(InvalidArgumentError, match="row 1: column 'id' is NOT NULL"):
+        encode_write_batch(SCHEMA, OpType.UPSERT,
+                           pa.table({"id": [7, None, 3], "name": ["a", "b", "c"]}),
+                           key_order=True)
