@@ -458,7 +458,7 @@ class StagingJanitor:
         known = dict(self._addresses()) if self._addresses is not None and self._secret \
             else {}
         left = []
-        done: dict[str, str] = {}  # address -> host it answered for (one call per server)
+        done: set[str] = set()  # servers that answered (one call per server)
         for host in sorted(set(self._hosts) | set(known)):
             address = known.get(host)
             if address is not None and address in done:
@@ -466,7 +466,7 @@ class StagingJanitor:
             if address is not None:
                 try:
                     remove_staged(address, self._secret, ids, self._root, self._conf_root)
-                    done[address] = host
+                    done.add(address)
                     self.by_server[host] = self.by_server.get(host, 0) + 1
                     continue
                 except Exception as e:  # not answering: the job below reaches the host
