@@ -250,6 +250,16 @@ def close_stale() -> int:
     return len(closed)
 
 
+def _same_file(fd: int, path: str) -> bool:
+    """Whether ``path`` still names the file open as ``fd``."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    own = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)
+
+
 def _stored_generation(io: FileIO) -> str:
     """The generation token on disk ("" if empty). The file is replaced atomically, so this
     needs no lock.
@@ -295,6 +305,12 @@ def open_replica(root: str, tablet_dir: FileIO, tablet_id: str, options: WalOpti
     fd = os.open(io.local_path(_LOCK_FILE), os.O_CREAT | os.O_RDWR, FILE_MODE)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+        if not _same_file(fd, io.local_path(_LOCK_FILE)):
+            # delete_replica moved the directory away while this waited for its lock: the
+            # request is refused like one arriving after the deletion (not an OSError from
+            # a directory that is gone, which would fail the whole round it came in).
+            raise NotFoundError(f"tablet {tablet_id}: its replica under {root} was deleted "
+                                f"while this request waited for it")
         if require is not None and not io.exists(require):
             raise NotFoundError(f"tablet {tablet_id} has no replica under {root} any more")
         gen = _read_generation(io)

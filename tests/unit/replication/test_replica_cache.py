@@ -108,6 +108,47 @@ def test_a_deleted_replica_is_gone_and_a_late_request_does_not_recreate_it(
     assert not delete_replica(root, tablet_dir(root, TABLET.tablet_id), TABLET.tablet_id)
 
 
+def test_a_request_that_waited_while_its_replica_was_deleted_is_refused_not_an_os_error(
+    transport: DirectTransport, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A table deleted while a round's request for one of its replicas waits for the
+    replica's lock: the request found the replica (checked before locking) and then locks a
+    directory that ``delete_replica`` moved away. It is refused like a late request (a
+    per-request error), where it used to raise ``FileNotFoundError`` writing the replica's
+    generation file, which failed the whole round (seen in a 10M-row scale run)."""
+    from pyspark_kudu.spark.host import replica_cache
+
+    lead = TabletLeader(TABLET, "ts-a", transport)
+    lead.create()
+    lead.elect()
+    lead.propose([b"x"])
+    clear_cache()
+    root = transport.roots["ts-c"]
+    real_flock = replica_cache.fcntl.flock
+    deleted: list[bool] = []
+    raced = False
+
+    def flock_after_a_delete(fd: int, op: int) -> None:
+        nonlocal raced
+        if not raced:  # the WIPE got the lock first: it runs to the end, then this one
+            raced = True
+            deleted.append(delete_replica(root, tablet_dir(root, TABLET.tablet_id),
+                                          TABLET.tablet_id))
+        real_flock(fd, op)
+
+    monkeypatch.setattr(replica_cache.fcntl, "flock", flock_after_a_delete)
+    (resp,) = transport.run({"ts-c": [PeerRequest(RequestKind.READ_STATE, TABLET.tablet_id,
+                                                  "ts-c")]})["ts-c"] or [None]
+    assert deleted == [True]
+    assert resp is not None and not resp.ok, resp
+    assert "deleted while this request waited" in resp.error
+    assert not Path(root, "tablets", TABLET.tablet_id).exists()  # nothing recreated
+    monkeypatch.setattr(replica_cache.fcntl, "flock", real_flock)
+    (again,) = transport.run({"ts-c": [PeerRequest(RequestKind.READ_STATE, TABLET.tablet_id,
+                                                   "ts-c")]})["ts-c"] or [None]
+    assert again is not None and not again.ok and "no replica" in again.error
+
+
 
 RECREATE = textwrap.dedent("""
     import shutil, sys
