@@ -18,6 +18,17 @@ closed replicas: the tablet and the replica cache call it then) back to the oper
 Arrow's allocator and glibc's ``malloc`` keep freed pages for reuse otherwise, which keeps a
 process's RSS at its high-water mark.
 
+:func:`return_large_frees_to_os` (the resident tablet server calls it at start) fixes glibc's
+mmap threshold at :data:`MMAP_THRESHOLD_BYTES`: every allocation from that size up gets its
+own mapping, handed back to the OS when freed. By default glibc raises the threshold to the
+size of each large block freed (up to 32 MiB), after which such blocks -- decoded entries,
+numpy arrays of keys and hashes, flush and compaction buffers -- come from its per-thread
+arenas, whose 64 MiB heaps stay resident once filled and which ``malloc_trim`` cannot
+shrink past live data. Measured after a 10M-row composite-key insert (6 servers, RF=3):
+servers' RSS 629-880 MiB with the fixed threshold against 875-1,203 MiB without (two runs),
+peak 991-1,166 against 1,116-1,365 MiB; the several fully resident 62 MiB arena heaps per
+server seen in ``/proc/<pid>/smaps`` were gone.
+
 Thread-safety: :class:`KeyIndexBudget` is thread-safe (one internal lock, never held while
 taking a tablet's lock).
 """
@@ -26,6 +37,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import threading
 import weakref
 from collections import OrderedDict
@@ -36,7 +48,14 @@ import pyarrow as pa
 
 from pyspark_kudu.tablet.rowset import DiskRowSet
 
-__all__ = ["DEFAULT_KEY_INDEX_BUDGET", "KEY_INDEXES", "KeyIndexBudget", "release_unused_memory"]
+__all__ = [
+    "DEFAULT_KEY_INDEX_BUDGET",
+    "KEY_INDEXES",
+    "MMAP_THRESHOLD_BYTES",
+    "KeyIndexBudget",
+    "release_unused_memory",
+    "return_large_frees_to_os",
+]
 
 DEFAULT_KEY_INDEX_BUDGET = 256 << 20
 
@@ -149,13 +168,15 @@ class KeyIndexBudget:
 KEY_INDEXES = KeyIndexBudget()
 """The process's key index budget (the host layer sets it from its memory budget)."""
 
+#: Allocations from this size up get a mapping of their own (module docstring).
+MMAP_THRESHOLD_BYTES = 1 << 20
+_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 _libc: Any = None
 
 
-def release_unused_memory() -> None:
-    """Return freed memory to the OS: Arrow's pool and glibc's heap (module docstring)."""
+def _glibc() -> Any:
+    """glibc through ctypes, or False where the C library has no ``malloc_trim``."""
     global _libc
-    pa.default_memory_pool().release_unused()
     if _libc is None:
         name = ctypes.util.find_library("c")
         try:
@@ -164,5 +185,22 @@ def release_unused_memory() -> None:
                 _libc = False
         except OSError:
             _libc = False
-    if _libc:
-        _libc.malloc_trim(0)
+    return _libc
+
+
+def release_unused_memory() -> None:
+    """Return freed memory to the OS: Arrow's pool and glibc's heap (module docstring)."""
+    pa.default_memory_pool().release_unused()
+    libc = _glibc()
+    if libc:
+        libc.malloc_trim(0)
+
+
+def return_large_frees_to_os(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
+    """Fix glibc's mmap threshold at ``threshold`` bytes for this process (module
+    docstring). Returns whether it was set: not where the C library is not glibc, nor when
+    ``MALLOC_MMAP_THRESHOLD_`` is in the environment (glibc applies that one itself)."""
+    libc = _glibc()
+    if not libc or "MALLOC_MMAP_THRESHOLD_" in os.environ:
+        return False
+    return bool(libc.mallopt(_M_MMAP_THRESHOLD, int(threshold)))

@@ -91,6 +91,7 @@ from pyspark_kudu.spark.host.tserver_protocol import (
     encode_error,
     parse_ticket,
 )
+from pyspark_kudu.tablet.memory import return_large_frees_to_os
 
 __all__ = ["BACKGROUND_NICE_ENV", "FILE_CHUNK_BYTES", "LEADER_APPLY_ENV",
            "MAINTENANCE_INTERVAL_ENV", "serve", "start_resident"]
@@ -461,6 +462,7 @@ def serve(host: str, secret: bytes, on_started: Any = None,
     """Run a tablet server on ``host`` until this process is told to stop (SIGTERM/SIGHUP)
     or its parent goes away. ``on_started(address)`` is called once it listens. ``tls``:
     serve TLS with it (None: plain)."""
+    return_large_frees_to_os()  # before its threads fill glibc's arenas (tablet.memory)
     server = _make_server(host, secret, tls)
     applier = _start_background_apply()
     maintenance = _start_maintenance()

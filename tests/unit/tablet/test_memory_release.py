@@ -1,0 +1,71 @@
+"""Freed large blocks go back to the OS in a tablet server (pyspark_kudu.tablet.memory:
+``return_large_frees_to_os``), instead of filling glibc's per-thread arenas."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from pyspark_kudu.tablet.memory import MMAP_THRESHOLD_BYTES
+
+# In a fresh process each time: the threshold is process-wide and glibc raises it for good.
+PROBE = textwrap.dedent("""
+    import ctypes, sys
+    from pyspark_kudu.tablet.memory import return_large_frees_to_os
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+            "uordblks", "fordblks", "keepcost")]
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = MallInfo2
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    set_it = sys.argv[1] == "set"
+    if set_it and not return_large_frees_to_os():
+        raise SystemExit("return_large_frees_to_os() did not set the threshold")
+    # Freeing a mapped 8 MiB block: glibc's default then raises its threshold to 8 MiB.
+    libc.free(libc.malloc(8 << 20))
+    before = libc.mallinfo2().hblkhd  # bytes in blocks with a mapping of their own
+    block = libc.malloc(2 << 20)
+    mapped = libc.mallinfo2().hblkhd - before >= 2 << 20
+    libc.free(block)
+    released = libc.mallinfo2().hblkhd == before
+    print("mapped" if mapped and released else "arena")
+""")
+
+
+def _probe(mode: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    out = subprocess.run([sys.executable, "-c", PROBE, mode], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc",
+                    reason="the mmap threshold is glibc's; other C libraries are left alone")
+def test_a_large_block_freed_after_a_larger_one_gets_its_own_mapping_and_goes_back() -> None:
+    assert 2 << 20 > MMAP_THRESHOLD_BYTES
+    # glibc's default: after a larger mapped block was freed, a 2 MiB block comes from the
+    # heap, which keeps it resident once freed (what filled the servers' arenas).
+    assert _probe("default") == "arena"
+    # As the tablet server sets it: mapped, and unmapped again when freed.
+    assert _probe("set") == "mapped"
+
+
+def test_an_explicit_malloc_setting_in_the_environment_is_left_to_glibc() -> None:
+    code = ("import os; os.environ['MALLOC_MMAP_THRESHOLD_'] = '65536'; "
+            "from pyspark_kudu.tablet.memory import return_large_frees_to_os as f; "
+            "print(f())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
