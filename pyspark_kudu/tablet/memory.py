@@ -26,9 +26,9 @@ numpy arrays of keys and hashes, flush and compaction buffers -- come from its p
 arenas, whose 64 MiB heaps stay resident once filled and which ``malloc_trim`` cannot
 shrink past live data. Measured after a 10M-row composite-key insert (6 servers, RF=3):
 servers' RSS 629-880 and 570-973 MiB with the fixed threshold against 875-1,118 and
-875-1,203 MiB without (two runs each), peak 991-1,166 and 736-1,129 against 1,116-1,322 and
-1,168-1,365 MiB; the several fully resident 62 MiB arena heaps per server seen in
-``/proc/<pid>/smaps`` were gone.
+1,072-1,203 MiB without (two runs each; the second with ``MALLOC_ARENA_MAX=2``), peak
+991-1,166 and 736-1,129 against 1,116-1,322 and 1,168-1,365 MiB; the several fully
+resident 62 MiB arena heaps per server seen in ``/proc/<pid>/smaps`` were gone.
 
 Thread-safety: :class:`KeyIndexBudget` is thread-safe (one internal lock, never held while
 taking a tablet's lock).
