@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -46,7 +47,6 @@ from pyspark_kudu.errors import (
     NotSupportedError,
 )
 from pyspark_kudu.fileio import FileIO
-from pyspark_kudu.wal.entry_cache import ENTRY_CACHES, EntryCache
 from pyspark_kudu.wal.format import (
     HEADER_SIZE,
     PreparedFrame,
@@ -97,7 +97,8 @@ class Log:
         # Every segment numbered below the floor is closed and never written again.
         self._open_floor = plan_seq
         self._unwritten: dict[int, Entry] = {}
-        self._cache = EntryCache(options.cache_bytes, ENTRY_CACHES)
+        self._cache: OrderedDict[int, Entry] = OrderedDict()
+        self._cache_bytes = 0
         self._readers: dict[int, SegmentReader] = {}
         self._closing = False
         self._appends = self._entries = self._bytes = 0
@@ -282,12 +283,14 @@ class Log:
                 e = self._unwritten.get(i)
                 if e is None:
                     e = self._cache.get(i)
+                    if e is not None:
+                        self._cache.move_to_end(i)
                 if e is None:
                     missing.append((i, self._index.location(i)))
                 out.append(e)
             for e in self._read_frames(missing):
                 out[e.index - lo] = e
-                self._cache.put(e)
+                self._cache_put(e)
             return [e for e in out if e is not None]
 
     def _read_frames(self, wanted: list[tuple[int, Location]]) -> list[Entry]:
@@ -321,19 +324,24 @@ class Log:
             reader = self._readers[seq] = SegmentReader(self._io, seq)
         return reader
 
-    def release_applied(self, through: int) -> None:
-        """Entries up to ``through`` were applied: the cache no longer keeps them
-        (:mod:`pyspark_kudu.wal.entry_cache`)."""
-        self._cache.release(through)
-
-    def cached_indexes(self) -> list[int]:
-        """Indexes of the written entries the cache keeps, ascending (tests, debugging)."""
-        return self._cache.indexes()
+    def _cache_put(self, e: Entry) -> None:
+        size = e.size()
+        if size > self._opts.cache_bytes:
+            return
+        old = self._cache.pop(e.index, None)
+        if old is not None:
+            self._cache_bytes -= old.size()
+        self._cache[e.index] = e
+        self._cache_bytes += size
+        while self._cache_bytes > self._opts.cache_bytes:
+            _, evicted = self._cache.popitem(last=False)
+            self._cache_bytes -= evicted.size()
 
     def _forget_cached(self, doomed: Callable[[int], bool]) -> None:
         for i in [i for i in self._unwritten if doomed(i)]:
             del self._unwritten[i]
-        self._cache.forget(doomed)
+        for i in [i for i in self._cache if doomed(i)]:
+            self._cache_bytes -= self._cache.pop(i).size()
 
     # -- GC and reset --------------------------------------------------------------------
     def gc(self, up_to: int) -> list[str]:
@@ -423,7 +431,6 @@ class Log:
                 for reader in self._readers.values():
                     reader.close()
                 self._readers.clear()
-                self._cache.clear()
 
     def __enter__(self) -> Log:
         return self
@@ -466,7 +473,7 @@ class Log:
                     # Identity, not index: the entry may have been truncated and replaced.
                     if self._unwritten.get(e.index) is e:
                         del self._unwritten[e.index]
-                        self._cache.put(e)
+                        self._cache_put(e)
 
     def _segment_closed(self, seq: int) -> None:
         with self._lock:

@@ -330,15 +330,6 @@ class WalStorage:
     def wal_stats(self) -> LogStats:
         return self._log.stats()
 
-    def release_applied(self, index: int) -> None:
-        """The replica applied the entries up to ``index``: the log's cache makes room for
-        the ones it applies next (:mod:`pyspark_kudu.wal.entry_cache`)."""
-        self._log.release_applied(index)
-
-    def cached_indexes(self) -> list[int]:
-        """Indexes of the entries the log keeps in memory, ascending (tests, debugging)."""
-        return self._log.cached_indexes()
-
     def sync_commit(self) -> None:
         """Persist a lazily kept commit index now, as :meth:`close` would, and stay open
         (for a caller that keeps the storage open between uses by several processes)."""

@@ -51,9 +51,8 @@ class WalOptions:
         sync_policy: see :class:`SyncPolicy`; ``FDATASYNC`` is the default on local disk.
         preallocate: reserve ``segment_size`` bytes with ``posix_fallocate`` when a segment
             is created (silently skipped where the file system does not support it).
-        cache_bytes: bound of the log's in-memory cache of recent entries (appended, or
-            read back from disk), within the process-wide budget of
-            :mod:`pyspark_kudu.wal.entry_cache`; ``0`` makes every read go to disk.
+        cache_bytes: budget of the in-memory cache of recently appended or read entries;
+            ``0`` makes every read go to disk.
         group_commit_wait: how long the sync thread may wait for the appenders released by
             the previous group to enqueue again, as a fraction of the recent average sync
             time; ``0`` disables it (see :mod:`pyspark_kudu.wal.group_commit`).
@@ -62,7 +61,7 @@ class WalOptions:
     segment_size: int = DEFAULT_SEGMENT_SIZE
     sync_policy: SyncPolicy = SyncPolicy.FDATASYNC
     preallocate: bool = True
-    cache_bytes: int = 64 * 1024 * 1024
+    cache_bytes: int = 4 * 1024 * 1024
     group_commit_wait: float = 0.5
 
     def __post_init__(self) -> None:

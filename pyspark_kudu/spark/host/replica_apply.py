@@ -261,7 +261,6 @@ def drain(
                 applier.apply(committed)
             last = committed[-1].index
             write_applied(io, last)
-            storage.release_applied(last)
             span.extend((committed[0].index, last))
 
 

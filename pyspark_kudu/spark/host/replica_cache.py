@@ -24,10 +24,7 @@ used tablets' indexes are dropped after each applied entry, and rebuilt from the
 when a write needs them again); the host's maintenance flushes the largest MemRowSets once
 they pass half of it (:mod:`~pyspark_kudu.spark.host.maintenance_manager`); and when the
 estimated total still exceeds it, the least recently used replicas not in use are closed
-until it fits (a replica closed for memory rarely has much to replay when reopened). Besides
-that, their WAL entry caches together may take a quarter of it
-(:data:`~pyspark_kudu.wal.entry_cache.ENTRY_CACHES`: recent entries kept for the applies
-that read them back).
+until it fits (a replica closed for memory rarely has much to replay when reopened).
 
 On release the lazily kept commit index is persisted (``WalStorage.sync_commit``), so a
 process that reopens the replica sees it. A request that fails drops its handle (the storage
@@ -61,7 +58,6 @@ from pyspark_kudu.spark.host.wal_committed_log import WalCommittedLog
 from pyspark_kudu.tablet import Tablet
 from pyspark_kudu.tablet.memory import KEY_INDEXES, release_unused_memory
 from pyspark_kudu.wal import WalOptions, WalStorage
-from pyspark_kudu.wal.entry_cache import ENTRY_CACHES
 
 __all__ = [
     "CACHE_BUDGET_ENV",
@@ -97,7 +93,6 @@ def cache_budget_bytes() -> int:
 
 
 KEY_INDEXES.set_budget(lambda: cache_budget_bytes() // 2)
-ENTRY_CACHES.set_budget(lambda: cache_budget_bytes() // 4)
 
 
 @dataclass
@@ -152,14 +147,11 @@ _stats = {"hits": 0, "opens": 0, "open_ms": 0, "evicted_for_memory": 0, "closed_
 def cache_stats() -> dict[str, int]:
     """Hits and opens of this process's cache (and the milliseconds the opens took, WAL
     recovery included), replicas closed and key indexes dropped for memory, and the key
-    indexes' and WAL entry caches' bytes and budgets (tests and benchmarks read it)."""
+    indexes' bytes and budget (tests and benchmarks read it)."""
     with _cache_lock:
         out = dict(_stats)
     out.update(key_indexes_dropped=KEY_INDEXES.dropped, key_index_bytes=KEY_INDEXES.total_bytes(),
-               key_index_budget=KEY_INDEXES.budget_bytes,
-               wal_cache_bytes=ENTRY_CACHES.total_bytes(),
-               wal_cache_budget=ENTRY_CACHES.budget_bytes,
-               wal_cache_shed_bytes=ENTRY_CACHES.shed_bytes)
+               key_index_budget=KEY_INDEXES.budget_bytes)
     return out
 
 
