@@ -145,6 +145,9 @@ class GroupCommitter:
                 self._fail(err, group)
                 return
             self._complete(group)
+            # Not held while waiting for the next group: an idle log would keep its last
+            # group's entries (a whole round's batches) alive until its next append.
+            del group
 
     def _next_group(self) -> list[Pending]:
         with self._cond:

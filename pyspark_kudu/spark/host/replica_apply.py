@@ -28,7 +28,7 @@ import json
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from pyspark_kudu.consensus.messages import Entry, EntryType, HardState, Message
@@ -151,9 +151,11 @@ class TabletSink:
 @dataclass
 class ApplyLimit:
     """How much of what commits a request applies itself (:func:`drain`); the rest stays
-    unapplied (``held``) for a later request, a scan's :func:`catch_up` or the background
+    unapplied (held) for a later request, a scan's :func:`catch_up` or the background
     applier (the next request builds its node from the ``applied`` file and hands the held
-    entries out again).
+    entries out again). Held entries are remembered by index (``held_from``..``held_to``),
+    not kept: a configuration entry committing later in the request reads them back from
+    the log to apply them first; the request's entries are never all in memory at once.
 
     ``defer``: nothing (a follower in a round collecting the leader's per-row results, or
     any request but such a round's PERSIST in a process with a background applier).
@@ -172,10 +174,27 @@ class ApplyLimit:
     deadline: float | None = None
     defer_flush: bool = False
     stopped: bool = False
-    held: list[Entry] = field(default_factory=list)
+    held_from: int = 0  # first held entry's index (0: none held)
+    held_to: int = 0  # last held entry's index
 
     def holding(self) -> bool:
         return self.defer or self.stopped
+
+    def hold(self, entries: Sequence[Entry]) -> None:
+        """Leave ``entries`` (committed, in the log, following any held before) unapplied."""
+        if entries:
+            if not self.held_from:
+                self.held_from = entries[0].index
+            self.held_to = entries[-1].index
+
+    def take_held(self, storage: WalStorage, then: Sequence[Entry]) -> list[Entry]:
+        """The held entries, read back from ``storage``, followed by ``then`` (the entries
+        that follow them); none are held afterwards."""
+        if not self.held_from:
+            return list(then)
+        lo, hi = self.held_from, (then[0].index if then else self.held_to + 1)
+        self.held_from = self.held_to = 0
+        return [*storage.entries(lo, hi), *then]
 
 
 def request_limit(*, leader: bool, collecting: bool) -> ApplyLimit | None:
@@ -232,16 +251,15 @@ def drain(
                 storage.set_conf_state(node.conf_state)
             committed = list(rd.committed_entries)
             if limit is not None and limit.holding():
-                limit.held.extend(committed)
-                if all(e.type == EntryType.NORMAL for e in limit.held):
+                if all(e.type == EntryType.NORMAL for e in committed):  # as all held are
+                    limit.hold(committed)
                     if not configuration_between(storage, committed[-1].index + 1,
                                                   node.commit_index + 1):
                         # Only writes are left to hand out until the node is stepped
                         # again: leave them unread (a backlog may be gigabytes).
                         return
                     continue
-                committed = limit.held[:]
-                limit.held.clear()
+                committed = limit.take_held(storage, committed)
                 applier.apply(committed)
             elif limit is not None and limit.deadline is not None:
                 done = 0
@@ -255,7 +273,7 @@ def drain(
                 if any(e.type != EntryType.NORMAL for e in rest):
                     applier.apply(rest)  # a configuration entry: everything up to it
                 elif rest:
-                    limit.held.extend(rest)
+                    limit.hold(rest)
                     committed = committed[:done]
             else:
                 applier.apply(committed)

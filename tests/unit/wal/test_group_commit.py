@@ -104,3 +104,24 @@ def test_wal_storage_appends_from_many_threads_share_syncs(tmp_path: Path) -> No
     assert stats.groups < stats.appends
     with WalStorage.open(str(tmp_path / "t1")) as s:
         assert len(s.entries(1, WRITERS * PER_WRITER + 1)) == WRITERS * PER_WRITER
+
+
+class _Watched(bytes):
+    """Entry data that reports when it is freed."""
+
+    freed = threading.Event()
+
+    def __del__(self) -> None:
+        _Watched.freed.set()
+
+
+def test_an_idle_log_holds_no_reference_to_the_entries_it_wrote(wal_io: FileIO) -> None:
+    # No entry cache: what the log keeps after a write is then only the sync thread's.
+    with Log.open(wal_io, WalOptions(sync_policy=SyncPolicy.NONE, cache_bytes=0)) as log:
+        _Watched.freed.clear()
+        log.append([Entry(1, 1, data=_Watched(b"x" * (1 << 20)))])
+        # The caller's references are gone with the call; the sync thread must not keep
+        # the group it wrote while it waits for the next one (idle logs held whole rounds).
+        assert _Watched.freed.wait(timeout=10), (
+            "an idle log still holds the data of the entry it wrote")
+        assert log.read(1, 2)[0].data == b"x" * (1 << 20)
