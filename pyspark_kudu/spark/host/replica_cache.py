@@ -298,7 +298,11 @@ def open_replica(root: str, tablet_dir: FileIO, tablet_id: str, options: WalOpti
     """The replica under ``tablet_dir``, locked for this request; reused from the cache when
     no other process changed it. ``mutate``: the request may change the replica.
     ``require``: a file the replica must have once locked, or NotFoundError and nothing is
-    opened (it was deleted meanwhile: :func:`delete_replica` moves it away under the lock)."""
+    opened (it was deleted meanwhile: :func:`delete_replica` moves it away under the lock).
+    ``options``: the WAL options to open it with; a cached handle opened with others is
+    reopened, except for ``None`` (a reader's "any"): scans and log reads pass None while
+    rounds pass their client's options, and must not reopen -- recover the WAL of -- a
+    replica the last round left open."""
     io = tablet_dir
     io.makedirs()
     key = (root, tablet_id)
@@ -316,7 +320,8 @@ def open_replica(root: str, tablet_dir: FileIO, tablet_id: str, options: WalOpti
         gen = _read_generation(io)
         with _cache_lock:
             handle = _cache.pop(key, None)
-        if handle is not None and (handle.generation != gen or handle.options != options):
+        if handle is not None and (handle.generation != gen or (
+                options is not None and handle.options != options)):  # None: any options
             handle.close()
             handle = None
         if handle is None:

@@ -69,6 +69,26 @@ def test_consecutive_rounds_reuse_the_open_replicas(transport: DirectTransport) 
     assert _log(transport.roots["ts-c"]) == [f"w{k}".encode() for k in range(5)]
 
 
+def test_a_reader_without_wal_options_reuses_a_replica_opened_with_them(
+    transport: DirectTransport,
+) -> None:
+    # Rounds pass the client's WalOptions, scans and log-entry reads pass None: a reader
+    # must not close and reopen (recover the WAL of) a replica a round left open.
+    lead = TabletLeader(TABLET, "ts-a", transport)
+    lead.create()
+    lead.elect()
+    root = transport.roots["ts-c"]
+    before = cache_stats()
+    for k in range(3):
+        lead.propose([f"w{k}".encode()])
+        with open_replica(root, tablet_dir(root, TABLET.tablet_id), TABLET.tablet_id, None,
+                          mutate=False) as handle:
+            assert handle.options == OPTS
+            assert handle.storage.last_index() >= k + 1
+    after = cache_stats()
+    assert after["opens"] == before["opens"], "a reader reopened a replica a round left open"
+
+
 def test_a_change_by_another_process_is_seen_and_nothing_is_lost(
     transport: DirectTransport,
 ) -> None:
