@@ -141,6 +141,7 @@ class ReplicaHandle:
 
 _cache: OrderedDict[tuple[str, str], ReplicaHandle] = OrderedDict()
 _cache_lock = threading.Lock()
+_in_use: dict[tuple[str, str], ReplicaHandle] = {}  # handles a request holds (_cache_lock)
 _stats = {"hits": 0, "opens": 0, "open_ms": 0, "evicted_for_memory": 0, "closed_stale": 0}
 
 
@@ -179,9 +180,13 @@ def _proc_status_bytes(*fields: str) -> dict[str, int]:
 def memory_report() -> dict[str, int]:
     """What this process holds, as the tablet server reports it (``ping``): its RSS and the
     kernel's high-water mark of it, Arrow's pool (allocated now and at most), and the open
-    replicas' MemRowSets and key indexes against the budget (module docstring), with the
-    counters of :func:`cache_stats` (replicas closed, key indexes dropped for memory)."""
+    replicas' MemRowSets and key indexes -- those a request holds right now included --
+    against the budget (module docstring), with the counters of :func:`cache_stats`
+    (replicas closed, key indexes dropped for memory)."""
     held = cached_memory()
+    with _cache_lock:
+        busy = dict(_in_use)
+    held.update({k: h.memory_bytes() for k, h in busy.items()})  # read racily: a report
     status = _proc_status_bytes("VmRSS", "VmHWM")
     pool = pa.default_memory_pool()
     return {
@@ -190,6 +195,7 @@ def memory_report() -> dict[str, int]:
         "arrow_bytes": pool.bytes_allocated(),
         "arrow_peak_bytes": pool.max_memory() or 0,
         "open_replicas": len(held),
+        "replicas_in_use": len(busy),
         "memrowset_bytes": sum(m for m, _ in held.values()),
         "index_bytes": sum(i for _, i in held.values()),
         "key_index_bytes": KEY_INDEXES.total_bytes(),
@@ -335,12 +341,18 @@ def open_replica(root: str, tablet_dir: FileIO, tablet_id: str, options: WalOpti
                 _stats["hits"] += 1
         if mutate:
             handle.will_mutate()
+        with _cache_lock:
+            _in_use[key] = handle  # the flock: one request per replica at a time
         try:
             yield handle
             handle.storage.sync_commit()
         except BaseException:
             handle.close()
             raise
+        finally:
+            with _cache_lock:
+                if _in_use.get(key) is handle:
+                    del _in_use[key]
         evicted: list[ReplicaHandle] = []
         with _cache_lock:
             other = _cache.pop(key, None)  # opened by another thread meanwhile

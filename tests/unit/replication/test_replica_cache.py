@@ -89,6 +89,32 @@ def test_a_reader_without_wal_options_reuses_a_replica_opened_with_them(
     assert after["opens"] == before["opens"], "a reader reopened a replica a round left open"
 
 
+def test_the_memory_report_counts_the_replica_a_request_holds(transport: DirectTransport
+                                                             ) -> None:
+    import pyarrow as pa
+
+    from pyspark_kudu.schema import ColumnSchema, Schema
+    from pyspark_kudu.spark.host.replica_cache import memory_report
+    from pyspark_kudu.tablet import OpType, encode_write_batch
+
+    schema = Schema((ColumnSchema("id", "int64", nullable=False),), ("id",))
+    lead = TabletLeader(TABLET, "ts-a", transport)
+    lead.create(schema.to_json())
+    lead.elect()
+    positions = lead.propose([encode_write_batch(schema, OpType.UPSERT,
+                                                 pa.table({"id": list(range(5000))}))])
+    lead.take_results([i for i, _ in positions])  # the leader's replica applied it
+    root = transport.roots["ts-a"]
+    with open_replica(root, tablet_dir(root, TABLET.tablet_id), TABLET.tablet_id, OPTS,
+                      mutate=False) as handle:
+        mrs = handle.memory_bytes()[0]
+        inside = memory_report()
+    after = memory_report()
+    assert mrs > 0
+    assert inside["replicas_in_use"] == 1 and inside["memrowset_bytes"] >= mrs, inside
+    assert after["replicas_in_use"] == 0 and after["memrowset_bytes"] >= mrs, after
+
+
 def test_a_change_by_another_process_is_seen_and_nothing_is_lost(
     transport: DirectTransport,
 ) -> None:
