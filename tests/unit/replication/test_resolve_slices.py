@@ -156,15 +156,20 @@ def test_a_large_write_is_resolved_a_slice_at_a_time_and_logged_whole(
     assert not _Tracked.live  # nothing kept a delivered batch after its round
 
 
-def test_a_refused_slice_is_not_followed_by_the_rest_of_its_append(tmp_path: Path) -> None:
+def _follower_at_start(tmp_path: Path) -> tuple[dict[str, str], int, list[StagedRef], int, int]:
+    """A tablet with an elected leader, six staged 1 MiB batches, and follower ts-b's log
+    end: (roots, term, refs, last index, its term)."""
     roots = {ts: str(tmp_path / ts) for ts in TS}
-    transport = DirectTransport(roots, OPTS)
-    lead = TabletLeader(TabletReplicas("t", TS), "ts-a", transport)
+    lead = TabletLeader(TabletReplicas("t", TS), "ts-a", DirectTransport(roots, OPTS))
     lead.create(SCHEMA.to_json())
     term = lead.elect()
     refs = _stage(tmp_path / "exec", 6, MIB)
     with replica_storage(roots["ts-b"], "t", OPTS) as st:
-        last = st.last_index()
+        return roots, term, refs, st.last_index(), st.term(st.last_index())
+
+
+def test_a_refused_slice_is_not_followed_by_the_rest_of_its_append(tmp_path: Path) -> None:
+    roots, term, refs, last, _ = _follower_at_start(tmp_path)
     # An append that skips an index the follower lacks: its first slice is refused, and the
     # slices after it must not be stepped (each would be refused again).
     entries = tuple(Entry(index=last + 2 + k, term=term, data=r.encode())
@@ -185,14 +190,7 @@ def test_a_batch_missing_from_a_later_slice_refuses_the_request_without_a_ref_lo
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(handlers, "RESOLVE_SLICE_BYTES", 2 * MIB)
-    roots = {ts: str(tmp_path / ts) for ts in TS}
-    transport = DirectTransport(roots, OPTS)
-    lead = TabletLeader(TabletReplicas("t", TS), "ts-a", transport)
-    lead.create(SCHEMA.to_json())
-    term = lead.elect()
-    refs = _stage(tmp_path / "exec", 6, MIB)
-    with replica_storage(roots["ts-b"], "t", OPTS) as st:
-        last, last_term = st.last_index(), st.term(st.last_index())
+    roots, term, refs, last, last_term = _follower_at_start(tmp_path)
     entries = tuple(Entry(index=last + 1 + k, term=term, data=r.encode())
                     for k, r in enumerate(refs))
     app = Message(MessageType.APP, to="ts-b", frm="ts-a", term=term, index=last,
