@@ -71,6 +71,7 @@ __all__ = [
     "InlineBatch",
     "InlineOverflowError",
     "Staged",
+    "StagedBatches",
     "StagedRef",
     "StagingJanitor",
     "contains_ref",
@@ -338,6 +339,32 @@ def refs_in(messages: Iterable[Message], entries: Iterable[Entry]) -> list[Stage
         if ref is not None:
             out.append(ref)
     return out
+
+
+class StagedBatches(Mapping[str, bytes]):
+    """The staged batches ``refs`` name, by staged path, each read when asked for (as a
+    tablet server serving a round resolves them a slice at a time: see
+    :mod:`~pyspark_kudu.spark.host.resolve_slices`) and never kept. One that cannot be had
+    intact is missing, so the request naming it is refused as "not delivered". This one
+    reads this host's staged files; subclasses get them elsewhere too (:meth:`_read`)."""
+
+    def __init__(self, refs: Iterable[StagedRef]) -> None:
+        self._refs = {ref.path: ref for ref in refs}
+
+    def __getitem__(self, key: str) -> bytes:
+        data = self._read(self._refs[key])
+        if data is None:
+            raise KeyError(key)
+        return data
+
+    def _read(self, ref: StagedRef) -> bytes | None:
+        return read_staged(ref)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._refs)
+
+    def __len__(self) -> int:
+        return len(self._refs)
 
 
 def contains_ref(entries: Iterable[Entry]) -> bool:

@@ -69,21 +69,11 @@ in a round collecting per-row results for a bounded time, scheduling the replica
 applier for the rest (:mod:`~pyspark_kudu.spark.host.replica_apply`); :func:`apply_backlog`
 is the applier's step.
 
-**Staged batches are resolved a slice at a time.** A round carries a write's batches as
-refs (:mod:`~pyspark_kudu.spark.host.dataplane`), and the driver's leader sends a follower
-every entry it lacks in one message: for a large write, the whole write's share of the
-tablet. Resolving all of a request's refs before serving it held every batch a host takes in
-a round at once -- measured during a 20M-row composite-key insert on the 6-worker cluster,
-150 delivered batches, 333 MiB of one tablet server's heap, growing with the size of the
-write (two servers were OOM-killed at 2.6-2.8 GB during a 50M-row insert). So a PERSIST's
-entries, and a STEP's append messages, are served in slices of at most
-:data:`RESOLVE_SLICE_BYTES` of batches (at least one entry): each slice is resolved,
-appended (for a follower: stepped as an append message of its own, preceded by the entry
-before it, as Raft allows), and released before the next is resolved. A slice that cannot
-be resolved fails the request as before, leaving the slices before it in the log: a prefix
-of the leader's entries, which Raft treats like a message cut short (a follower's) or a
-leader that crashed while appending (the leader's own). Committed entries a request leaves
-to a later apply (``ApplyLimit``) are remembered by index, not held.
+**Staged batches are resolved a slice at a time**
+(:mod:`~pyspark_kudu.spark.host.resolve_slices`): a PERSIST's entries and a STEP's append
+messages are resolved, appended and released slice by slice, so a large write never has all
+of a host's batches in memory at once. Committed entries a request leaves to a later apply
+(``ApplyLimit``) are remembered by index, not held.
 
 Thread-safety: :func:`handle_requests` is reentrant; per-replica exclusion is the lock above.
 """
@@ -103,7 +93,6 @@ from pyspark_kudu.consensus.messages import (
     Entry,
     HardState,
     Message,
-    MessageType,
     SnapshotMetadata,
 )
 from pyspark_kudu.consensus.raft_storage import bootstrap
@@ -117,13 +106,7 @@ from pyspark_kudu.errors import (
 )
 from pyspark_kudu.fileio import FileIO
 from pyspark_kudu.schema import Schema
-from pyspark_kudu.spark.host.dataplane import (
-    WAL_REF_MIN_BYTES,
-    StagedRef,
-    contains_ref,
-    resolve_refs,
-    wal_ref,
-)
+from pyspark_kudu.spark.host.dataplane import WAL_REF_MIN_BYTES, wal_ref
 from pyspark_kudu.spark.host.replica_apply import (
     ApplyLimit,
     TabletSink,
@@ -136,6 +119,12 @@ from pyspark_kudu.spark.host.replica_apply import (
     write_applied,
 )
 from pyspark_kudu.spark.host.replica_cache import delete_replica, open_replica
+from pyspark_kudu.spark.host.resolve_slices import (
+    NotResolved,
+    Resolver,
+    append_slices,
+    entry_slices,
+)
 from pyspark_kudu.spark.host.tabletcopy import (
     COPYING_FILE,
     copy_out,
@@ -152,15 +141,12 @@ from pyspark_kudu.wal.meta import META_FILE
 __all__ = [
     "DISK_ERRNOS",
     "FAILED_FILE",
-    "RESOLVE_SLICE_BYTES",
     "WRITERS_FILE",
     "PeerRequest",
     "PeerResponse",
     "ReplicaState",
     "RequestKind",
-    "append_slices",
     "apply_backlog",
-    "entry_slices",
     "handle_requests",
     "read_writers",
     "replica_storage",
@@ -277,9 +263,9 @@ def handle_requests(
     fetched = dict(zip((k for k, _ in installs), fetches, strict=True))
     for k, req in enumerate(requests):
         try:
-            resolver = _Resolver(delivered or {})
+            resolver = Resolver(delivered or {})
             if req.kind not in (RequestKind.PERSIST, RequestKind.STEP):  # these resolve
-                req = _resolved(req, delivered or {})                    # slice by slice
+                req = _resolved(req, resolver)                           # slice by slice
             fetch = fetched.get(k)
             if fetch is not None and (err := fetch.error) is not None:  # a served copy
                 if isinstance(err, DiskFullError):                     # not fetched
@@ -289,7 +275,7 @@ def handle_requests(
             if fetch is not None and fetch.total_bytes is not None:
                 resp = replace(resp, copy_timing=(float(fetch.total_bytes), started, ended))
             out.append(resp)
-        except _NotResolved as e:
+        except NotResolved as e:
             out.append(PeerResponse(req.tablet_id, req.replica_id, ok=False, host=host,
                                     error=f"{type(e.cause).__name__}: {e.cause}"))
         except KuduError as e:
@@ -298,80 +284,9 @@ def handle_requests(
     return out
 
 
-#: Bytes of staged batches a request resolves (holds) at a time (module docstring).
-RESOLVE_SLICE_BYTES = 16 << 20
-
-
-class _NotResolved(Exception):
-    """A staged batch of the request was not delivered or arrived damaged (``cause``).
-    Not a :class:`KuduError`, so that it passes the replica-failure handling of
-    :func:`_handle_one`: the replica's files are fine, the request is refused."""
-
-    def __init__(self, cause: KuduError) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
-
-
-class _Resolver:
-    """Resolves a request's refs against the round's delivered batches, a slice at a time."""
-
-    def __init__(self, delivered: Mapping[str, bytes]) -> None:
-        self._delivered = delivered
-
-    def entries(self, entries: Sequence[Entry]) -> tuple[Entry, ...]:
-        if not contains_ref(entries):
-            return tuple(entries)
-        try:
-            return resolve_refs(entries, self._delivered)
-        except KuduError as e:
-            raise _NotResolved(e) from None
-
-    def message(self, m: Message) -> Message:
-        return replace(m, entries=self.entries(m.entries)) if m.entries else m
-
-
-def _batch_bytes(e: Entry) -> int:
-    """Bytes ``e`` stands for once resolved (a ref: its batch's)."""
-    ref = StagedRef.decode(e.data)
-    return len(e.data) if ref is None else ref.size
-
-
-def entry_slices(entries: Sequence[Entry], max_bytes: int | None = None
-                 ) -> Iterator[Sequence[Entry]]:
-    """``entries`` in consecutive slices of at most ``max_bytes`` resolved bytes
-    (:data:`RESOLVE_SLICE_BYTES` by default), at least one entry each."""
-    max_bytes = RESOLVE_SLICE_BYTES if max_bytes is None else max_bytes
-    start, size = 0, 0
-    for k, e in enumerate(entries):
-        n = _batch_bytes(e)
-        if k > start and size + n > max_bytes:
-            yield entries[start:k]
-            start, size = k, 0
-        size += n
-    if start < len(entries):
-        yield entries[start:]
-
-
-def append_slices(m: Message, max_bytes: int | None = None) -> Iterator[Message]:
-    """An append message as consecutive append messages of at most ``max_bytes`` of
-    resolved entries each, every one naming the entry before its first as Raft's
-    consistency check (``index``/``log_term``); other messages, and appends without refs,
-    unchanged."""
-    if m.type != MessageType.APP or not contains_ref(m.entries):
-        yield m
-        return
-    index, log_term = m.index, m.log_term
-    for part in entry_slices(m.entries, max_bytes):
-        yield replace(m, index=index, log_term=log_term, entries=tuple(part))
-        index, log_term = part[-1].index, part[-1].term
-
-
-def _resolved(req: PeerRequest, delivered: Mapping[str, bytes]) -> PeerRequest:
-    entries = resolve_refs(req.entries, delivered) if contains_ref(req.entries) else req.entries
-    messages = tuple(
-        replace(m, entries=resolve_refs(m.entries, delivered)) if contains_ref(m.entries) else m
-        for m in req.messages)
-    return replace(req, entries=entries, messages=messages)
+def _resolved(req: PeerRequest, resolver: Resolver) -> PeerRequest:
+    return replace(req, entries=resolver.entries(req.entries),
+                   messages=tuple(resolver.message(m) for m in req.messages))
 
 
 @contextmanager
@@ -410,7 +325,7 @@ def _state(storage: WalStorage, applied: int) -> ReplicaState:
 
 def _handle_one(
     root: str, req: PeerRequest, host: str, options: WalOptions | None,
-    resolver: _Resolver | None = None,
+    resolver: Resolver | None = None,
 ) -> PeerResponse:
     mutate = req.kind not in (RequestKind.READ_STATE, RequestKind.READ_ENTRIES,
                               RequestKind.DROP_COPY)
@@ -427,7 +342,7 @@ def _handle_one(
             applied = read_applied(io)
             sink = TabletSink(root, req.tablet_id, io, handle, applied)
             resp = _dispatch(root, req, host, io, handle.storage, applied, sink,
-                             resolver or _Resolver({}))
+                             resolver or Resolver({}))
             bg = background_applier()
             if (bg is not None and resp.ok
                     and req.kind in (RequestKind.STEP, RequestKind.PERSIST)
@@ -474,7 +389,7 @@ def _failed_response(req: PeerRequest, host: str, io: FileIO, why: str | None = 
 
 def _dispatch(
     root: str, req: PeerRequest, host: str, io: FileIO, storage: WalStorage, applied: int,
-    applier: TabletSink, resolver: _Resolver,
+    applier: TabletSink, resolver: Resolver,
 ) -> PeerResponse:
     match req.kind:
         case RequestKind.CREATE:
@@ -549,7 +464,7 @@ def _ok(req: PeerRequest, host: str, **kw: object) -> PeerResponse:
 
 def _persist_leader(
     req: PeerRequest, host: str, io: FileIO, storage: WalStorage, applied: int,
-    applier: TabletSink, resolver: _Resolver,
+    applier: TabletSink, resolver: Resolver,
 ) -> PeerResponse:
     hs, _ = storage.initial_state()
     if hs.term != req.term or hs.vote != req.replica_id:
@@ -626,7 +541,7 @@ def apply_backlog(root: str, tablet_id: str, options: WalOptions | None, budget_
 
 def _step_follower(
     req: PeerRequest, host: str, io: FileIO, storage: WalStorage, applied: int,
-    applier: TabletSink, resolver: _Resolver,
+    applier: TabletSink, resolver: Resolver,
 ) -> PeerResponse:
     hs, _ = storage.initial_state()
     node = replica_node(storage, min(applied, hs.commit), req.replica_id)

@@ -33,7 +33,13 @@ from typing import Any
 
 from pyspark_kudu.errors import NetworkError
 from pyspark_kudu.rpc.auth import secret_from_env
-from pyspark_kudu.spark.host.dataplane import REF_MAGIC, StagedRef, read_staged
+from pyspark_kudu.spark.host.dataplane import (
+    REF_MAGIC,
+    StagedBatches,
+    StagedRef,
+    read_staged,
+    refs_in,
+)
 from pyspark_kudu.spark.host.handlers import PeerRequest, PeerResponse, handle_requests
 from pyspark_kudu.spark.host.identity import current_host, local_data_root, run_pinned
 from pyspark_kudu.spark.host.tserver_protocol import ADDRESS_ENV
@@ -106,32 +112,25 @@ class LandedPayloads(Mapping[str, bytes]):
         return len(self._payloads)
 
 
-class PulledPayloads(Mapping[str, bytes]):
-    """The staged batches ``task``'s requests refer to, by staged path: read from this
-    host's disk when staged here, else fetched from their host's resident tablet server
-    (``task.sources``), when asked for. One that cannot be had is missing (``get`` returns
-    None and the request is refused as "not delivered")."""
+class PulledPayloads(StagedBatches):
+    """The staged batches ``task``'s requests refer to, by staged path: the ``given`` ones,
+    else read from this host's disk when staged here, else fetched from their host's resident
+    tablet server (``task.sources``), when asked for."""
 
     def __init__(self, task: HostTask, given: Mapping[str, bytes]) -> None:
-        from pyspark_kudu.spark.host.dataplane import refs_in
-
+        super().__init__(ref for _, _, reqs in task.items for r in reqs
+                         for ref in refs_in(r.messages, r.entries))
         self._given = given
         self._sources = dict(task.sources)
-        self._refs = {ref.path: ref for _, _, reqs in task.items for r in reqs
-                      for ref in refs_in(r.messages, r.entries)}
         self.fetched = 0  # batches fetched from other hosts (tests, metrics)
 
     def __getitem__(self, key: str) -> bytes:
         if key in self._given:
             return self._given[key]
-        ref = self._refs[key]
-        if ref.host == current_host():
-            data = read_staged(ref)
-        else:
-            data = self._fetch(ref)
-        if data is None:
-            raise KeyError(key)
-        return data
+        return super().__getitem__(key)
+
+    def _read(self, ref: StagedRef) -> bytes | None:
+        return read_staged(ref) if ref.host == current_host() else self._fetch(ref)
 
     def _fetch(self, ref: StagedRef) -> bytes | None:
         from pyspark_kudu.errors import KuduError

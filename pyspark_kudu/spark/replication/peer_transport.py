@@ -12,11 +12,11 @@ Thread-safety: ``DirectTransport`` may be shared; per-replica exclusion is the r
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from pyspark_kudu.spark.host.copy_fetch import ServedCopy, prefetch_served
-from pyspark_kudu.spark.host.dataplane import read_staged, refs_in
+from pyspark_kudu.spark.host.dataplane import StagedBatches, refs_in
 from pyspark_kudu.spark.host.handlers import (
     PeerRequest,
     PeerResponse,
@@ -30,7 +30,6 @@ __all__ = [
     "MAX_ROUND_ATTEMPTS",
     "DirectTransport",
     "PeerTransport",
-    "StagedFiles",
     "run_with_retries",
 ]
 
@@ -76,26 +75,6 @@ def run_with_retries(transport: PeerTransport, reqs: Mapping[str, Sequence[PeerR
 
 
 
-class StagedFiles(Mapping[str, bytes]):
-    """The staged batches ``requests`` refer to, read from their files when asked for (as a
-    tablet server pulls them, one at a time); one that cannot be read intact is missing."""
-
-    def __init__(self, requests: Sequence[PeerRequest]) -> None:
-        self._refs = {ref.path: ref for r in requests for ref in refs_in(r.messages, r.entries)}
-
-    def __getitem__(self, key: str) -> bytes:
-        data = read_staged(self._refs[key])
-        if data is None:
-            raise KeyError(key)
-        return data
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._refs)
-
-    def __len__(self) -> int:
-        return len(self._refs)
-
-
 class DirectTransport:
     """Runs every tablet server's requests in this process. ``down`` simulates dead hosts.
     With ``prefetch`` on, ``prefetch_copy`` fetches a served copy at once, in this process,
@@ -126,7 +105,9 @@ class DirectTransport:
                 out[ts] = None
                 continue
             out[ts] = handle_requests(self.roots[ts], reqs, host=ts, options=self.options,
-                                      delivered=StagedFiles(reqs))
+                                      delivered=StagedBatches(
+                                          ref for r in reqs
+                                          for ref in refs_in(r.messages, r.entries)))
         return out
 
     def unreachable(self) -> set[str]:

@@ -1,6 +1,6 @@
 """A round's staged batches are resolved a slice at a time on each replica
-(pyspark_kudu.spark.host.handlers, "Staged batches are resolved a slice at a time"): a large
-write never has all of a host's batches in memory at once, and the log is the same."""
+(pyspark_kudu.spark.host.resolve_slices): a large write never has all of a host's batches in
+memory at once, and the log is the same."""
 
 from __future__ import annotations
 
@@ -16,17 +16,16 @@ import pytest
 from pyspark_kudu.consensus.messages import Entry, Message, MessageType
 from pyspark_kudu.partitioning import Partitioner, PartitionSchema
 from pyspark_kudu.schema import ColumnSchema, Schema
-from pyspark_kudu.spark.host import handlers
+from pyspark_kudu.spark.host import resolve_slices
 from pyspark_kudu.spark.host.dataplane import StagedRef, read_staged, refs_in, stage_batches
 from pyspark_kudu.spark.host.handlers import (
     PeerRequest,
     PeerResponse,
     RequestKind,
-    append_slices,
-    entry_slices,
     handle_requests,
     replica_storage,
 )
+from pyspark_kudu.spark.host.resolve_slices import append_slices, entry_slices
 from pyspark_kudu.spark.replication.peer_transport import DirectTransport
 from pyspark_kudu.spark.replication.tablet_leader import TabletLeader, TabletReplicas
 from pyspark_kudu.tablet import OpType, decode_write_batch
@@ -136,7 +135,7 @@ def test_slices_are_bounded_by_the_batches_bytes_and_chain_their_appends() -> No
 def test_a_large_write_is_resolved_a_slice_at_a_time_and_logged_whole(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(handlers, "RESOLVE_SLICE_BYTES", 4 * MIB)
+    monkeypatch.setattr(resolve_slices, "RESOLVE_SLICE_BYTES", 4 * MIB)
     transport = _CountingTransport({ts: str(tmp_path / ts) for ts in TS})
     lead = TabletLeader(TabletReplicas("t", TS), "ts-a", transport)
     lead.create(SCHEMA.to_json())
@@ -189,7 +188,7 @@ def test_a_refused_slice_is_not_followed_by_the_rest_of_its_append(tmp_path: Pat
 def test_a_batch_missing_from_a_later_slice_refuses_the_request_without_a_ref_logged(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(handlers, "RESOLVE_SLICE_BYTES", 2 * MIB)
+    monkeypatch.setattr(resolve_slices, "RESOLVE_SLICE_BYTES", 2 * MIB)
     roots, term, refs, last, last_term = _follower_at_start(tmp_path)
     entries = tuple(Entry(index=last + 1 + k, term=term, data=r.encode())
                     for k, r in enumerate(refs))
