@@ -217,6 +217,26 @@ class RaftNode(LeaderSide):
         self._outstanding = rd
         return rd
 
+    def unread_committed(self) -> tuple[int, int] | None:
+        """``(lo, hi)``: committed entries ``[lo, hi]`` the next ``ready`` would start
+        handing out that are already in stable storage (the unstable tail is persisted by
+        that ``ready`` first), or None if there are none or a snapshot is pending."""
+        if self._outstanding is not None or self.log.unstable.snapshot is not None:
+            return None
+        lo = max(self.log.applied + 1, self.log.first_index())
+        hi = min(self.log.committed, self.log.unstable.offset - 1)
+        return (lo, hi) if hi >= lo else None
+
+    def skip_committed(self, to: int) -> None:
+        """Take committed entries up to ``to`` as handed out and applied without reading
+        them: for a caller that leaves them to a later apply through a node rebuilt from its
+        own applied index (a replica's request leaving writes to its background applier).
+        Only for entries that are not configuration changes -- the caller checks -- whose
+        effect on this node's configuration would be skipped with them."""
+        if self._outstanding is not None:
+            raise ConsensusError(f"{self.id}: skip_committed() between ready() and advance()")
+        self.log.applied_to(to)
+
     def advance(self, rd: Ready) -> None:
         """Acknowledge that ``rd`` was persisted, sent and applied."""
         if rd is not self._outstanding:

@@ -232,19 +232,23 @@ def parse_frame(buf: bytes, pos: int, end: int, base: int = 0) -> FrameView | st
     return FrameView(base + pos, stop - pos, term, index, group_start)
 
 
-def decode_entry(buf: bytes, offset: int, where: str) -> Entry:
-    """Decode the frame read back from file offset ``offset`` of segment ``where``.
+def decode_entry(buf: bytes, offset: int, where: str, pos: int = 0, size: int | None = None
+                 ) -> Entry:
+    """Decode the frame read back from file offset ``offset`` of segment ``where``: the
+    ``size`` bytes at ``buf[pos:]`` (all of ``buf`` by default; a run of adjacent frames is
+    read at once and decoded in place, not copied frame by frame first).
 
     Raises:
         CorruptionError: the frame fails its checksum or structural checks (it passed them
             at recovery, so the file changed under us).
     """
-    view = parse_frame(buf, 0, len(buf), base=offset)
-    if isinstance(view, str) or view.size != len(buf):
+    end = len(buf) if size is None else pos + size
+    view = parse_frame(buf, pos, end, base=offset - pos)
+    if isinstance(view, str) or view.size != end - pos:
         reason = view if isinstance(view, str) else "frame length changed"
         raise CorruptionError(f"WAL segment {where}: {reason} at offset {offset}")
-    code = buf[FRAME_HEADER_SIZE + 1]
-    data = buf[FRAME_HEADER_SIZE + _ENTRY_HEAD.size:len(buf) - _GROUP.size]
+    code = buf[pos + FRAME_HEADER_SIZE + 1]
+    data = buf[pos + FRAME_HEADER_SIZE + _ENTRY_HEAD.size:end - _GROUP.size]
     return Entry(term=view.term, index=view.index, type=_CODE_TYPES[code], data=data)
 
 

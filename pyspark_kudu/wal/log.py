@@ -308,7 +308,7 @@ class Log:
             buf = reader.read(first.offset, end - first.offset)
             for index, loc in wanted[k:j + 1]:
                 rel = loc.offset - first.offset
-                e = decode_entry(buf[rel:rel + loc.size], loc.offset, reader.path)
+                e = decode_entry(buf, loc.offset, reader.path, rel, loc.size)
                 if e.index != index or e.term != loc.term:
                     raise CorruptionError(
                         f"WAL segment {reader.path}: offset {loc.offset} holds entry "

@@ -43,6 +43,7 @@ from pyspark_kudu.wal import WalOptions, WalStorage
 
 __all__ = [
     "CONF_FRAME_MAX",
+    "DEADLINE_READY_BYTES",
     "READY_LIMIT_BYTES",
     "ApplyLimit",
     "BackgroundApply",
@@ -61,6 +62,10 @@ __all__ = [
 #: Committed entries a request's ``RaftNode`` hands out at a time: what a request holds of
 #: a replica's backlog in memory at once.
 READY_LIMIT_BYTES = 16 * 1024 * 1024
+#: ... when it applies until a deadline (one entry at a time): what it read past the entry
+#: the deadline stopped at is held unapplied and read again by the next apply, so it reads
+#: little ahead (at least one entry).
+DEADLINE_READY_BYTES = 1024 * 1024
 #: A configuration entry (one ``ConfChange``: a type and a member) is a few hundred bytes;
 #: a log entry whose frame is at least this large is a write, known without reading it.
 CONF_FRAME_MAX = 64 * 1024
@@ -183,9 +188,13 @@ class ApplyLimit:
     def hold(self, entries: Sequence[Entry]) -> None:
         """Leave ``entries`` (committed, in the log, following any held before) unapplied."""
         if entries:
-            if not self.held_from:
-                self.held_from = entries[0].index
-            self.held_to = entries[-1].index
+            self.hold_range(entries[0].index, entries[-1].index)
+
+    def hold_range(self, lo: int, hi: int) -> None:
+        """Leave entries ``[lo, hi]`` (committed, following any held before) unapplied."""
+        if not self.held_from:
+            self.held_from = lo
+        self.held_to = hi
 
     def take_held(self, storage: WalStorage, then: Sequence[Entry]) -> list[Entry]:
         """The held entries, read back from ``storage``, followed by ``then`` (the entries
@@ -234,7 +243,11 @@ def drain(
 ) -> None:
     """Persist and hand out everything ``node`` has ready, and apply committed entries:
     all of them, or what ``limit`` allows (see :class:`ApplyLimit`)."""
-    while node.has_ready():
+    while True:
+        if limit is not None and limit.holding():
+            _hold_unread(node, storage, limit)
+        if not node.has_ready():
+            return
         rd = node.ready()
         if rd.snapshot is not None:
             storage.apply_snapshot(rd.snapshot)
@@ -252,12 +265,7 @@ def drain(
             committed = list(rd.committed_entries)
             if limit is not None and limit.holding():
                 if all(e.type == EntryType.NORMAL for e in committed):  # as all held are
-                    limit.hold(committed)
-                    if not configuration_between(storage, committed[-1].index + 1,
-                                                  node.commit_index + 1):
-                        # Only writes are left to hand out until the node is stepped
-                        # again: leave them unread (a backlog may be gigabytes).
-                        return
+                    limit.hold(committed)  # (a configuration entry follows: read on to it)
                     continue
                 committed = limit.take_held(storage, committed)
                 applier.apply(committed)
@@ -282,12 +290,31 @@ def drain(
             span.extend((committed[0].index, last))
 
 
-def replica_node(storage: WalStorage, applied: int, replica_id: str = "_") -> RaftNode:
+def _hold_unread(node: RaftNode, storage: WalStorage, limit: ApplyLimit) -> None:
+    """(``limit`` holding.) Hold every committed entry ``node`` has yet to hand out without
+    reading it, unless a configuration entry is among them (which is applied, with
+    everything held before it, within the request: those are read as before). A request
+    that leaves writes to the background applier reads none of them: before, each drain of
+    a follower's request read up to :data:`READY_LIMIT_BYTES` of the backlog only to hold
+    it, and the oldest backlog was read again by every request -- about half of the
+    tablet servers' CPU during a 50M-row composite-key insert on the 6-worker cluster."""
+    pending = node.unread_committed()
+    if pending is None:
+        return
+    lo, hi = pending
+    if lo < storage.first_index() or configuration_between(storage, lo, hi + 1):
+        return
+    limit.hold_range(lo, hi)
+    node.skip_committed(hi)
+
+
+def replica_node(storage: WalStorage, applied: int, replica_id: str = "_",
+                 ready_bytes: int = READY_LIMIT_BYTES) -> RaftNode:
     """A throw-away ``RaftNode`` over a replica's durable state that has applied up to
-    ``applied`` and hands committed entries out :data:`READY_LIMIT_BYTES` at a time."""
+    ``applied`` and hands committed entries out ``ready_bytes`` at a time."""
     return RaftNode(Config(id=replica_id, storage=storage, applied=applied,
                            rng=random.Random(0), max_size_per_msg=None,
-                           max_committed_size_per_ready=READY_LIMIT_BYTES))
+                           max_committed_size_per_ready=ready_bytes))
 
 
 def apply_committed(
@@ -302,7 +329,9 @@ def apply_committed(
     """
     if commit <= applied:
         return ()
-    node = replica_node(storage, applied)
+    node = replica_node(storage, applied, ready_bytes=(
+        DEADLINE_READY_BYTES if limit is not None and limit.deadline is not None
+        else READY_LIMIT_BYTES))
     span: list[int] = []
     drain(node, storage, io, [], span, applier, host, limit)
     return (span[0], span[-1]) if span else ()

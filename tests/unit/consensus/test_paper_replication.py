@@ -314,3 +314,23 @@ def test_s5_3_a_leader_never_overwrites_or_deletes_its_own_entries() -> None:
     p.read()
     assert p.log()[: len(before)] == before
     assert p.node.role == Role.LEADER
+
+
+def test_committed_entries_skipped_unread_are_only_stable_ones_and_are_not_handed_out() -> None:
+    """``unread_committed``/``skip_committed`` (a replica leaving writes to a later apply
+    without reading them): the range named stops before the unstable tail -- entries the
+    next ``ready`` persists first, which storage does not have yet -- and skipped entries
+    are not handed out again, while the rest of the commit still is."""
+    p = Peer("n2", storage(log=ents(1, 1, 1), term=1))
+    app = Message(MT.APP, to="n2", frm="n1", term=1, index=3, log_term=1,
+                  entries=tuple(ents(1, 1, start=4)), commit=5)
+    p.node.step(app)
+    assert p.node.unread_committed() == (1, 3)
+    p.node.skip_committed(3)
+    assert p.node.unread_committed() is None  # 4 and 5 are committed but not yet stored
+    rd = p.node.ready()
+    assert [e.index for e in rd.entries] == [4, 5]
+    assert [e.index for e in rd.committed_entries] == [4, 5]
+    p.storage.append(list(rd.entries))
+    p.node.advance(rd)
+    assert p.node.unread_committed() is None and not p.node.has_ready()
