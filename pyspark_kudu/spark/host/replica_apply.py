@@ -43,7 +43,6 @@ from pyspark_kudu.wal import WalOptions, WalStorage
 
 __all__ = [
     "CONF_FRAME_MAX",
-    "DEADLINE_READY_BYTES",
     "READY_LIMIT_BYTES",
     "ApplyLimit",
     "BackgroundApply",
@@ -62,10 +61,6 @@ __all__ = [
 #: Committed entries a request's ``RaftNode`` hands out at a time: what a request holds of
 #: a replica's backlog in memory at once.
 READY_LIMIT_BYTES = 16 * 1024 * 1024
-#: ... when it applies until a deadline (one entry at a time): what it read past the entry
-#: the deadline stopped at is held unapplied and read again by the next apply, so it reads
-#: little ahead (at least one entry).
-DEADLINE_READY_BYTES = 1024 * 1024
 #: A configuration entry (one ``ConfChange``: a type and a member) is a few hundred bytes;
 #: a log entry whose frame is at least this large is a write, known without reading it.
 CONF_FRAME_MAX = 64 * 1024
@@ -308,13 +303,12 @@ def _hold_unread(node: RaftNode, storage: WalStorage, limit: ApplyLimit) -> None
     node.skip_committed(hi)
 
 
-def replica_node(storage: WalStorage, applied: int, replica_id: str = "_",
-                 ready_bytes: int = READY_LIMIT_BYTES) -> RaftNode:
+def replica_node(storage: WalStorage, applied: int, replica_id: str = "_") -> RaftNode:
     """A throw-away ``RaftNode`` over a replica's durable state that has applied up to
-    ``applied`` and hands committed entries out ``ready_bytes`` at a time."""
+    ``applied`` and hands committed entries out :data:`READY_LIMIT_BYTES` at a time."""
     return RaftNode(Config(id=replica_id, storage=storage, applied=applied,
                            rng=random.Random(0), max_size_per_msg=None,
-                           max_committed_size_per_ready=ready_bytes))
+                           max_committed_size_per_ready=READY_LIMIT_BYTES))
 
 
 def apply_committed(
@@ -329,9 +323,7 @@ def apply_committed(
     """
     if commit <= applied:
         return ()
-    node = replica_node(storage, applied, ready_bytes=(
-        DEADLINE_READY_BYTES if limit is not None and limit.deadline is not None
-        else READY_LIMIT_BYTES))
+    node = replica_node(storage, applied)
     span: list[int] = []
     drain(node, storage, io, [], span, applier, host, limit)
     return (span[0], span[-1]) if span else ()
