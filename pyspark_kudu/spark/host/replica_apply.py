@@ -291,8 +291,8 @@ def _hold_unread(node: RaftNode, storage: WalStorage, limit: ApplyLimit) -> None
     everything held before it, within the request: those are read as before). A request
     that leaves writes to the background applier reads none of them: before, each drain of
     a follower's request read up to :data:`READY_LIMIT_BYTES` of the backlog only to hold
-    it, and the oldest backlog was read again by every request -- about half of the
-    tablet servers' CPU during a 50M-row composite-key insert on the 6-worker cluster."""
+    it, and the oldest backlog was read again by every request (with the applier's reads,
+    half of the tablet servers' GIL-held time in a 50M-row composite-key insert)."""
     pending = node.unread_committed()
     if pending is None:
         return
