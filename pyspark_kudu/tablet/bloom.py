@@ -19,7 +19,8 @@ with :data:`BLOOM_SEED`, all key columns). Two layouts, told apart by the file's
   2.4 on an idle 2-core machine at the default rate: adding 300,000 / 1.6M / 4M keys took
   68 / 115 / 103 ns per key (standard layout: 247 / 349 / 277), asking 71 / 132 / 116 (95 /
   254 / 351); on the same machine saturated by a cluster, adding 1.6M keys took 288 ns per
-  key against 1,399. A blocked filter needs more bits for the same false-positive rate
+  key against 1,399. (Asking has since looked at one bit at a time, only for keys whose bits
+  so far were set: :meth:`BloomFilter._blocked_hits`.) A blocked filter needs more bits for the same false-positive rate
   (keys per block vary): :func:`blocked_fp_rate` is its exact rate for ``c`` bits per key
   (measured rates came within 13% of it, ``test_bloom.py``), and :meth:`BloomFilter.sized`
   takes the fewest power-of-two blocks that reach the target, then the fewest hash bits
