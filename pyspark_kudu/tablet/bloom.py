@@ -20,12 +20,12 @@ with :data:`BLOOM_SEED`, all key columns). Two layouts, told apart by the file's
   68 / 115 / 103 ns per key (standard layout: 247 / 349 / 277), asking 71 / 132 / 116 (95 /
   254 / 351); on the same machine saturated by a cluster, adding 1.6M keys took 288 ns per
   key against 1,399. (Asking has since looked at one bit at a time, only for keys whose bits
-  so far were set: :meth:`BloomFilter._blocked_hits`.) A blocked filter needs more bits for the same false-positive rate
-  (keys per block vary): :func:`blocked_fp_rate` is its exact rate for ``c`` bits per key
-  (measured rates came within 13% of it, ``test_bloom.py``), and :meth:`BloomFilter.sized`
-  takes the fewest power-of-two blocks that reach the target, then the fewest hash bits
-  ``k`` that do (1e-6 by default: 39-78 bits per key, ``k`` 7-16; 1%: 10-20 bits, ``k``
-  3-7).
+  so far were set: :meth:`BloomFilter._blocked_hits`.) A blocked filter needs more bits for
+  the same false-positive rate (keys per block vary): :func:`blocked_fp_rate` is its exact
+  rate for ``c`` bits per key (measured rates came within 13% of it, ``test_bloom.py``), and
+  :meth:`BloomFilter.sized` takes the fewest power-of-two blocks that reach the target, then
+  the fewest hash bits ``k`` that do (1e-6 by default: 39-78 bits per key, ``k`` 7-16; 1%:
+  10-20 bits, ``k`` 3-7).
 * **Version 1, standard** (files written before): ``k`` bit positions ``h1 + i * h2`` over
   the whole filter (double hashing, Kirsch & Mitzenmacher 2006), ``h1 = h`` and ``h2`` = ``h``
   rotated by 32 bits, made odd. Still read, and still buildable (``version=1``) for tests.
