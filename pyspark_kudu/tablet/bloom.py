@@ -19,13 +19,12 @@ with :data:`BLOOM_SEED`, all key columns). Two layouts, told apart by the file's
   2.4 on an idle 2-core machine at the default rate: adding 300,000 / 1.6M / 4M keys took
   68 / 115 / 103 ns per key (standard layout: 247 / 349 / 277), asking 71 / 132 / 116 (95 /
   254 / 351); on the same machine saturated by a cluster, adding 1.6M keys took 288 ns per
-  key against 1,399. (Asking has since looked at one bit at a time, only for keys whose bits
-  so far were set: :meth:`BloomFilter._blocked_hits`.) A blocked filter needs more bits for
-  the same false-positive rate (keys per block vary): :func:`blocked_fp_rate` is its exact
-  rate for ``c`` bits per key (measured rates came within 13% of it, ``test_bloom.py``), and
-  :meth:`BloomFilter.sized` takes the fewest power-of-two blocks that reach the target, then
-  the fewest hash bits ``k`` that do (1e-6 by default: 39-78 bits per key, ``k`` 7-16; 1%:
-  10-20 bits, ``k`` 3-7).
+  key against 1,399. A blocked filter needs more bits for the same false-positive rate
+  (keys per block vary): :func:`blocked_fp_rate` is its exact rate for ``c`` bits per key
+  (measured rates came within 13% of it, ``test_bloom.py``), and :meth:`BloomFilter.sized`
+  takes the fewest power-of-two blocks that reach the target, then the fewest hash bits
+  ``k`` that do (1e-6 by default: 39-78 bits per key, ``k`` 7-16; 1%: 10-20 bits, ``k``
+  3-7).
 * **Version 1, standard** (files written before): ``k`` bit positions ``h1 + i * h2`` over
   the whole filter (double hashing, Kirsch & Mitzenmacher 2006), ``h1 = h`` and ``h2`` = ``h``
   rotated by 32 bits, made odd. Still read, and still buildable (``version=1``) for tests.
@@ -230,30 +229,13 @@ class BloomFilter:
         hashes = np.asarray(hashes, dtype=np.uint64)
         if self.version == STANDARD:
             return self._may_contain_standard(hashes)
-        out = np.zeros(len(hashes), dtype=bool)
+        out = np.empty(len(hashes), dtype=bool)
         for start in range(0, len(hashes), _BLOCKED_CHUNK):
-            out[start + self._blocked_hits(hashes[start:start + _BLOCKED_CHUNK])] = True
+            pos = self._blocked_positions(hashes[start:start + _BLOCKED_CHUNK])
+            byte = self.bits[pos >> 3]
+            hit = (byte >> (pos & 7).astype(np.uint8)) & np.uint8(1)
+            out[start:start + len(pos)] = hit.all(axis=1)
         return out
-
-    def _blocked_hits(self, hashes: U64) -> I64:
-        """Which of ``hashes`` (indexes) have all ``k`` bits set. One bit at a time, over
-        the keys whose bits so far were all set: an absent key fails its first bit with
-        the probability that a bit is clear (0.65-0.9 at the default rate), so a batch of
-        fresh keys costs about one bit per key rather than ``k``. Measured on 393,216 absent
-        keys against a filter of 830,000 (``k`` 12): 43 ns per key, against 1,029 for all
-        ``k`` bits of every key at once (both on a machine busy with a cluster)."""
-        block = (hashes & np.uint64((self.num_bits >> _BLOCK_SHIFT) - 1)) << np.uint64(
-            _BLOCK_SHIFT)
-        alive: I64 = np.arange(len(hashes), dtype=np.int64)
-        for salt in _SALTS[:self.k]:
-            pos = block | ((hashes * salt) >> _OFFSET_SHIFT)
-            bit = (self.bits[pos >> np.uint64(3)] >> (pos & np.uint64(7)).astype(np.uint8))
-            keep = np.flatnonzero(bit & np.uint8(1))
-            if len(keep) < len(alive):
-                alive, hashes, block = alive[keep], hashes[keep], block[keep]
-                if not len(alive):
-                    break
-        return alive
 
     # -- blocked layout (version 2) --------------------------------------------------------
     def _blocked_positions(self, hashes: U64) -> I64:
