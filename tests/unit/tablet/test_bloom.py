@@ -115,6 +115,26 @@ def test_the_blocked_layout_sets_the_bits_its_format_defines() -> None:
     assert all(111 * 512 <= b < 112 * 512 for b in set_bits)
 
 
+@pytest.mark.parametrize("fp", [1e-2, 1e-6])
+def test_asking_bit_by_bit_answers_as_all_k_bits_of_the_format(fp: float) -> None:
+    """``may_contain`` stops looking at a key at its first clear bit: it must answer exactly
+    what checking every one of the key's ``k`` bits (the format's definition) answers, for
+    members, absent keys and the false positives among them, across several chunks. The
+    filter is filled past its size so that false positives are many (~half of the absent
+    keys), and some keys miss only their last bit."""
+    bloom = BloomFilter.sized(3_000, fp)
+    members = _random_hashes(30_000, 5)
+    bloom.add(members)
+    asked = np.concatenate([members[:1_000], _random_hashes(3 * 65_536 + 17, 6), members[-5:]])
+    pos = bloom._blocked_positions(asked)
+    bits = np.unpackbits(bloom.bits, bitorder="little").astype(bool)
+    want = bits[pos].all(axis=1)
+    last_only = (~bits[pos[:, -1]]) & bits[pos[:, :-1]].all(axis=1)
+    assert want[:1_000].all() and 0 < want.mean() < 1 and last_only.sum() > 0
+    assert np.array_equal(bloom.may_contain(asked), want)
+    assert not bloom.may_contain(np.array([], dtype=np.uint64)).any()
+
+
 def test_composite_keys_hash_every_key_column() -> None:
     a = pa.table({"h": ["x", "x"], "r": pa.array([1, 1], pa.timestamp("us")),
                   "n": pa.array([1, 2], pa.int32())})
