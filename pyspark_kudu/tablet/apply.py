@@ -105,8 +105,9 @@ def apply_batch(schema: Schema, mrs: MemRowSet, rowsets: Sequence[DiskRowSet], i
     probe = key_probe(wb.rows, schema)
     errors: list[RowError] = []
     # One sort of the batch's probes serves the repeated-key check, the MemRowSet lookup
-    # (searched in probe order) and its index's new run.
-    order = np.argsort(probe, kind="stable")
+    # (searched in probe order) and its index's new run. Not a stable sort: it is used only
+    # when the probes are distinct (keys.stable_order says why that is faster).
+    order = np.argsort(probe)
     ordered = probe[order]  # (np.unique hashes: several times slower on numpy 2.4)
     if not (ordered[1:] == ordered[:-1]).any():  # distinct probes: distinct keys
         _Round(schema, mrs, rowsets, index, stats, point_fraction).run(

@@ -38,6 +38,7 @@ from pyspark_kudu.tablet.keys import (
     is_exact_probe,
     key_probe,
     probe_hashes,
+    stable_order,
 )
 from pyspark_kudu.tablet.parquet_files import write_parquet
 from pyspark_kudu.tablet.rowset import (
@@ -71,7 +72,7 @@ def sort_versions(table: pa.Table, schema: Schema) -> pa.Table:
         if bool(np.all(key[1:] > key[:-1])):
             return table  # strictly increasing keys (sequential inserts): already sorted
         if bool(np.all(np.diff(table.column(TS_COLUMN).to_numpy()) >= 0)):
-            return take_rows(table, np.argsort(key, kind="stable"))
+            return take_rows(table, stable_order(key))
     keys = [(k, "ascending") for k in schema.primary_key] + [(TS_COLUMN, "ascending")]
     return take_rows(table, pc.sort_indices(table, sort_keys=keys).to_numpy())
 

@@ -40,6 +40,7 @@ __all__ = [
     "key_probe",
     "probe_hashes",
     "python_keys",
+    "stable_order",
 ]
 
 TS_COLUMN = RESERVED_PREFIX + "ts"
@@ -86,6 +87,20 @@ def key_hash(data: pa.Table | pa.RecordBatch, schema: Schema, seed: int = INDEX_
     """The deterministic 64-bit hash of each row's key (all key columns, the partitioner's
     hash, so equal in every process for a given ``seed``)."""
     return hash_columns([_column(data, c) for c in schema.primary_key], seed)
+
+
+def stable_order(values: I64 | U64) -> I64:
+    """``np.argsort(values, kind="stable")``, fast when the values are distinct, as a
+    batch's or a rowset's key probes usually are: numpy's default sort (an introsort with
+    SIMD kernels) gives the same order then, and is 3-9x faster than its stable sort on
+    65,536-2M random 64-bit probes (numpy 2.4, measured); equal neighbours, where the order
+    would differ, sort again stably."""
+    order = np.argsort(values)
+    if len(order) > 1:
+        ordered = values[order]
+        if bool((ordered[1:] == ordered[:-1]).any()):
+            order = np.argsort(values, kind="stable")
+    return np.asarray(order, dtype=np.int64)
 
 
 def is_exact_probe(schema: Schema) -> bool:
@@ -139,7 +154,7 @@ class KeyIndex:
         else:
             # Stable sort: rows with equal hash stay in row order, so the last of a run of
             # equal keys is its newest version (rows of one key are sorted by ts).
-            self._order = np.argsort(probe, kind="stable")
+            self._order = stable_order(probe)
             self._sorted = probe[self._order]
 
     @property

@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pyspark_kudu.schema import Schema
-from pyspark_kudu.tablet.keys import LIVE, is_exact_probe
+from pyspark_kudu.tablet.keys import LIVE, is_exact_probe, stable_order
 
 __all__ = ["MemRowSet", "MemRowSetView"]
 
@@ -87,7 +87,7 @@ class _Runs:
         """Index positions ``start ..`` with their probes; ``order``: ``probe``'s stable
         argsort, if the caller has it."""
         if order is None:
-            order = np.argsort(probe, kind="stable")
+            order = stable_order(probe)
         self.runs.append(_Run(probe[order], order.astype(np.int64) + start, start,
                               keys.combine_chunks() if self._keep_keys else None))
         self.entries += len(probe)

@@ -53,7 +53,7 @@ from pyspark_kudu.schema import (
     type_family,
     type_to_str,
 )
-from pyspark_kudu.tablet.keys import is_exact_probe, key_probe
+from pyspark_kudu.tablet.keys import is_exact_probe, key_probe, stable_order
 
 __all__ = [
     "MAGIC",
@@ -249,7 +249,7 @@ def _in_key_order(batch: pa.RecordBatch, schema: Schema) -> pa.RecordBatch:
         key = key_probe(batch, schema)
         if bool(np.all(key[1:] >= key[:-1])):
             return batch  # in order already (e.g. sequential ids)
-        return batch.take(pa.array(np.argsort(key, kind="stable")))
+        return batch.take(pa.array(stable_order(key)))
     return batch.take(pc.sort_indices(
         batch, sort_keys=[(c, "ascending") for c in schema.primary_key]))
 
