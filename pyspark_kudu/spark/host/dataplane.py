@@ -50,6 +50,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 import google_crc32c
 import pyarrow as pa
@@ -78,6 +79,7 @@ __all__ = [
     "decode_staged",
     "read_staged",
     "refs_in",
+    "refs_of",
     "remove_staging",
     "resolve_refs",
     "stage_batches",
@@ -339,6 +341,22 @@ def refs_in(messages: Iterable[Message], entries: Iterable[Entry]) -> list[Stage
         if ref is not None:
             out.append(ref)
     return out
+
+
+class CarriesEntries(Protocol):
+    """A request that may carry refs: a ``PeerRequest`` (its entries and messages')."""
+
+    @property
+    def messages(self) -> Sequence[Message]: ...
+
+    @property
+    def entries(self) -> Sequence[Entry]: ...
+
+
+def refs_of(requests: Iterable[CarriesEntries]) -> Iterator[StagedRef]:
+    """The staged refs that every one of ``requests`` carries, request by request."""
+    for r in requests:
+        yield from refs_in(r.messages, r.entries)
 
 
 class StagedBatches(Mapping[str, bytes]):

@@ -38,7 +38,7 @@ from pyspark_kudu.spark.host.dataplane import (
     StagedBatches,
     StagedRef,
     read_staged,
-    refs_in,
+    refs_of,
 )
 from pyspark_kudu.spark.host.handlers import PeerRequest, PeerResponse, handle_requests
 from pyspark_kudu.spark.host.identity import current_host, local_data_root, run_pinned
@@ -115,14 +115,20 @@ class LandedPayloads(Mapping[str, bytes]):
 class PulledPayloads(StagedBatches):
     """The staged batches ``task``'s requests refer to, by staged path: the ``given`` ones,
     else read from this host's disk when staged here, else fetched from their host's resident
-    tablet server (``task.sources``), when asked for."""
+    tablet server (``task.sources``), when asked for: over one client per server, opened
+    at its first batch and kept until :meth:`close` (the task is served)."""
 
     def __init__(self, task: HostTask, given: Mapping[str, bytes]) -> None:
-        super().__init__(ref for _, _, reqs in task.items for r in reqs
-                         for ref in refs_in(r.messages, r.entries))
+        from pyspark_kudu.spark.host.tserver_client import ServerClients
+
+        super().__init__(ref for _, _, reqs in task.items for ref in refs_of(reqs))
         self._given = given
         self._sources = dict(task.sources)
+        self.clients = ServerClients(secret_from_env() or b"")
         self.fetched = 0  # batches fetched from other hosts (tests, metrics)
+
+    def close(self) -> None:
+        self.clients.close()
 
     def __getitem__(self, key: str) -> bytes:
         if key in self._given:
@@ -138,13 +144,14 @@ class PulledPayloads(StagedBatches):
         from pyspark_kudu.spark.host.tserver_protocol import StagedRequest
 
         address = self._sources.get(ref.host, "")
-        secret = secret_from_env()
+        secret = self.clients.secret
         if not address or not secret:
             _log.warning("staged batch %s: no tablet server known on %s", ref.path, ref.host)
             return None
         try:
             data = fetch_staged(address, secret, StagedRequest(
-                ref.encode()[len(REF_MAGIC):].decode()), timeout_s=_PULL_TIMEOUT_S)
+                ref.encode()[len(REF_MAGIC):].decode()), timeout_s=_PULL_TIMEOUT_S,
+                clients=self.clients)
         except KuduError as e:
             _log.warning("staged batch %s not fetched from %s: %s", ref.path, address, e)
             return None
@@ -228,16 +235,21 @@ def serve_encoded(body: bytes,
 
 def serve_in_process(task: HostTask, delivered: Mapping[str, bytes]) -> ServeResult:
     """Serve ``task`` in this process (the resident server's side of :func:`serve_host`)."""
-    if task.pull:
-        delivered = PulledPayloads(task, delivered)
+    pulled = PulledPayloads(task, delivered) if task.pull else None
+    if pulled is not None:
+        delivered = pulled
     out: ServeResult = []
-    for ts_uuid, root_hint, reqs in task.items:
-        root = local_data_root(root_hint)
-        res = run_pinned(root, ts_uuid,
-                         lambda r, reqs=reqs: handle_requests(  # type: ignore[misc]
-                             r, reqs, host=current_host(), options=task.options,
-                             delivered=delivered))
-        out.append((ts_uuid, res.value if res.ok else None, res.misplaced_reason))
+    try:
+        for ts_uuid, root_hint, reqs in task.items:
+            root = local_data_root(root_hint)
+            res = run_pinned(root, ts_uuid,
+                             lambda r, reqs=reqs: handle_requests(  # type: ignore[misc]
+                                 r, reqs, host=current_host(), options=task.options,
+                                 delivered=delivered))
+            out.append((ts_uuid, res.value if res.ok else None, res.misplaced_reason))
+    finally:
+        if pulled is not None:
+            pulled.close()
     return out
 
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from pyspark_kudu.spark.host.copy_fetch import ServedCopy, prefetch_served
-from pyspark_kudu.spark.host.dataplane import StagedBatches, refs_in
+from pyspark_kudu.spark.host.dataplane import StagedBatches, refs_of
 from pyspark_kudu.spark.host.handlers import (
     PeerRequest,
     PeerResponse,
@@ -105,9 +105,7 @@ class DirectTransport:
                 out[ts] = None
                 continue
             out[ts] = handle_requests(self.roots[ts], reqs, host=ts, options=self.options,
-                                      delivered=StagedBatches(
-                                          ref for r in reqs
-                                          for ref in refs_in(r.messages, r.entries)))
+                                      delivered=StagedBatches(refs_of(reqs)))
         return out
 
     def unreachable(self) -> set[str]:

@@ -69,7 +69,7 @@ from pyspark.serializers import BatchedSerializer, CPickleSerializer
 
 from pyspark_kudu.errors import InvalidArgumentError, KuduError
 from pyspark_kudu.master.entities import TServerMeta
-from pyspark_kudu.spark.host.dataplane import StagedRef, refs_in
+from pyspark_kudu.spark.host.dataplane import StagedRef, refs_of
 from pyspark_kudu.spark.host.handlers import PeerRequest, PeerResponse
 from pyspark_kudu.spark.host.round_tasks import (
     HostTask,
@@ -409,9 +409,8 @@ class SparkTransport:
             if ts not in self._servers:
                 continue
             d = idx[self._servers[ts].host]
-            for r in reqs:
-                for ref in refs_in(r.messages, r.entries):
-                    dests.setdefault(ref.path, (ref, set()))[1].add(d)
+            for ref in refs_of(reqs):
+                dests.setdefault(ref.path, (ref, set()))[1].add(d)
         by_src: dict[str, list[tuple[StagedRef, tuple[int, ...]]]] = {}
         for ref, ds in dests.values():
             by_src.setdefault(ref.host, []).append((ref, tuple(sorted(ds))))

@@ -17,7 +17,7 @@ from pyspark_kudu.consensus.messages import Entry, Message, MessageType
 from pyspark_kudu.partitioning import Partitioner, PartitionSchema
 from pyspark_kudu.schema import ColumnSchema, Schema
 from pyspark_kudu.spark.host import resolve_slices
-from pyspark_kudu.spark.host.dataplane import StagedRef, read_staged, refs_in, stage_batches
+from pyspark_kudu.spark.host.dataplane import StagedRef, read_staged, refs_of, stage_batches
 from pyspark_kudu.spark.host.handlers import (
     PeerRequest,
     PeerResponse,
@@ -54,7 +54,7 @@ class _CountingDelivery(Mapping[str, bytes]):
     at every read, how many bytes of the batches handed out before are still alive."""
 
     def __init__(self, reqs: Sequence[PeerRequest]) -> None:
-        self._refs = {r.path: r for q in reqs for r in refs_in(q.messages, q.entries)}
+        self._refs = {r.path: r for r in refs_of(reqs)}
         self.peak_live = 0
         self.reads = 0
 

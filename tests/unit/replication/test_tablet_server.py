@@ -215,6 +215,38 @@ def test_pulled_payloads_read_this_hosts_batches_and_fetch_the_others(
     assert pulled.get(theirs.path) == b"remote batch" and pulled.fetched == 1
     assert pulled.get(lost.path) is None  # no server known on its host: not delivered
     assert set(pulled) == {mine.path, theirs.path, lost.path}
+    pulled.close()
+
+
+def test_a_task_pulls_its_batches_from_a_server_over_one_client_and_drops_a_failed_one(
+        tmp_path: Path, server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four batches of one host come over one client, kept between them; a batch the server
+    does not have intact (a damaged file) is not delivered and its client is not used
+    again: the next batch opens a new one. Closing closes them all."""
+    from pyspark_kudu.consensus.messages import Entry
+    from pyspark_kudu.spark.host import round_tasks
+    from pyspark_kudu.spark.host.handlers import PeerRequest, RequestKind
+    from pyspark_kudu.spark.host.round_tasks import HostTask, PulledPayloads
+
+    monkeypatch.setenv("PYSPARK_KUDU_SECRET", SECRET.decode())
+    monkeypatch.setattr(round_tasks, "current_host", lambda: "this-host")
+    refs = [_staged(tmp_path / f"r{k}", f"batch {k}".encode() * (k + 1), host="other-host")
+            for k in range(5)]
+    damaged = tmp_path / "r4" / refs[4].path
+    damaged.write_bytes(b"X" + damaged.read_bytes()[1:])
+    entries = tuple(Entry(1, k + 1, data=r.encode()) for k, r in enumerate(refs))
+    req = PeerRequest(RequestKind.PERSIST, "t", "ts-a", entries=entries)
+    task = HostTask("this-host", (("ts-a", None, (req,)),), None, pull=True,
+                    sources=(("other-host", _addr(server)),))
+    pulled = PulledPayloads(task, {})
+    for k in range(4):
+        assert pulled.get(refs[k].path) == f"batch {k}".encode() * (k + 1)
+    assert (pulled.fetched, pulled.clients.opened) == (4, 1)
+    assert pulled.get(refs[4].path) is None
+    assert pulled.get(refs[0].path) == b"batch 0"
+    assert (pulled.fetched, pulled.clients.opened) == (5, 2)
+    pulled.close()
+    assert not pulled.clients._clients
 
 
 def test_a_client_without_the_secret_is_served_nothing(
