@@ -115,24 +115,44 @@ def test_the_blocked_layout_sets_the_bits_its_format_defines() -> None:
     assert all(111 * 512 <= b < 112 * 512 for b in set_bits)
 
 
-@pytest.mark.parametrize("fp", [1e-2, 1e-6])
-def test_asking_bit_by_bit_answers_as_all_k_bits_of_the_format(fp: float) -> None:
-    """``may_contain`` stops looking at a key at its first clear bit: it must answer exactly
-    what checking every one of the key's ``k`` bits (the format's definition) answers, for
-    members, absent keys and the false positives among them, across several chunks. The
-    filter is filled past its size so that false positives are many (~half of the absent
-    keys), and some keys miss only their last bit."""
-    bloom = BloomFilter.sized(3_000, fp)
-    members = _random_hashes(30_000, 5)
-    bloom.add(members)
-    asked = np.concatenate([members[:1_000], _random_hashes(3 * 65_536 + 17, 6), members[-5:]])
+def _all_k_bits(bloom: BloomFilter, asked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The format's answer (every one of a key's ``k`` bits set) and the keys that miss
+    only their last bit."""
     pos = bloom._blocked_positions(asked)
     bits = np.unpackbits(bloom.bits, bitorder="little").astype(bool)
-    want = bits[pos].all(axis=1)
-    last_only = (~bits[pos[:, -1]]) & bits[pos[:, :-1]].all(axis=1)
-    assert want[:1_000].all() and 0 < want.mean() < 1 and last_only.sum() > 0
-    assert np.array_equal(bloom.may_contain(asked), want)
-    assert not bloom.may_contain(np.array([], dtype=np.uint64)).any()
+    return bits[pos].all(axis=1), (~bits[pos[:, -1]]) & bits[pos[:, :-1]].all(axis=1)
+
+
+@pytest.mark.parametrize("fp", [1e-2, 1e-6])
+def test_asking_bit_by_bit_answers_as_all_k_bits_of_the_format(fp: float) -> None:
+    """``may_contain`` stops looking at a key at its first clear bit, and asks the remaining
+    bits at once when few keys are left or most passed: it must answer exactly what checking
+    every one of the key's ``k`` bits (the format's definition) answers, for members, absent
+    keys and the false positives among them, on each of those paths and across chunks."""
+    # Filled past its size, so that false positives are many (~half of the absent keys)
+    # and some keys miss only their last bit.
+    full = BloomFilter.sized(3_000, fp)
+    members = _random_hashes(30_000, 5)
+    full.add(members)
+    # Sized for its keys: absent keys drop out bit by bit down to a small remnant.
+    sized = BloomFilter.sized(30_000, fp)
+    sized.add(members)
+    absent = _random_hashes(3 * 65_536 + 17, 6)
+    cases = {
+        "absent across chunks, overfull": (full, np.concatenate(
+            [members[:1_000], absent, members[-5:]])),
+        "absent across chunks, sized": (sized, np.concatenate(
+            [members[:1_000], absent, members[-5:]])),
+        "mostly present (updates)": (sized, np.concatenate([members, absent[:2_000]])),
+        "a small batch": (full, np.concatenate([members[:40], absent[:60]])),
+    }
+    for name, (bloom, asked) in cases.items():
+        want, last_only = _all_k_bits(bloom, asked)
+        assert want[:40].all(), name
+        assert np.array_equal(bloom.may_contain(asked), want), name
+    want, last_only = _all_k_bits(full, cases["absent across chunks, overfull"][1])
+    assert 0 < want.mean() < 1 and last_only.sum() > 0
+    assert not full.may_contain(np.array([], dtype=np.uint64)).any()
 
 
 def test_composite_keys_hash_every_key_column() -> None:
