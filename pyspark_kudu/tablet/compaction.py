@@ -25,7 +25,6 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from pyspark_kudu.fileio import FileIO
 from pyspark_kudu.schema import Schema
@@ -38,6 +37,7 @@ from pyspark_kudu.tablet.keys import (
     is_exact_probe,
     key_probe,
     probe_hashes,
+    sort_order,
     stable_order,
 )
 from pyspark_kudu.tablet.parquet_files import write_parquet
@@ -73,8 +73,7 @@ def sort_versions(table: pa.Table, schema: Schema) -> pa.Table:
             return table  # strictly increasing keys (sequential inserts): already sorted
         if bool(np.all(np.diff(table.column(TS_COLUMN).to_numpy()) >= 0)):
             return take_rows(table, stable_order(key))
-    keys = [(k, "ascending") for k in schema.primary_key] + [(TS_COLUMN, "ascending")]
-    return take_rows(table, pc.sort_indices(table, sort_keys=keys).to_numpy())
+    return take_rows(table, sort_order(table, [*schema.primary_key, TS_COLUMN]))
 
 
 def take_rows(table: pa.Table, rows: I64) -> pa.Table:

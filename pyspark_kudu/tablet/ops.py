@@ -43,7 +43,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from pyspark_kudu.errors import InvalidArgumentError
 from pyspark_kudu.schema import (
@@ -53,7 +52,7 @@ from pyspark_kudu.schema import (
     type_family,
     type_to_str,
 )
-from pyspark_kudu.tablet.keys import is_exact_probe, key_probe, stable_order
+from pyspark_kudu.tablet.keys import is_exact_probe, key_probe, sort_order, stable_order
 
 __all__ = [
     "MAGIC",
@@ -250,8 +249,7 @@ def _in_key_order(batch: pa.RecordBatch, schema: Schema) -> pa.RecordBatch:
         if bool(np.all(key[1:] >= key[:-1])):
             return batch  # in order already (e.g. sequential ids)
         return batch.take(pa.array(stable_order(key)))
-    return batch.take(pc.sort_indices(
-        batch, sort_keys=[(c, "ascending") for c in schema.primary_key]))
+    return batch.take(pa.array(sort_order(batch, schema.primary_key)))
 
 
 def decode_write_batch(data: bytes) -> WriteBatch | None:

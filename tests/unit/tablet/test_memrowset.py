@@ -80,26 +80,3 @@ def test_the_key_order_of_an_exact_key_index_is_the_order_a_flush_sorts_to() -> 
         assert fast.equals(sort), mark
         assert fast.num_rows < len(mrs) or mark == 0
     assert MemRowSet(HASHED).key_order() is None
-
-
-@pytest.mark.parametrize("dtype", [np.int64, np.uint64])
-@pytest.mark.parametrize("values", ["distinct", "few-repeats", "many-repeats", "tiny",
-                                    "small-repeats"])
-def test_stable_order_is_numpys_stable_argsort(dtype: type, values: str) -> None:
-    """``stable_order`` takes a faster, unstable sort when the values are distinct or nearly
-    so: with repeated values (versions of one key, or hash collisions) it must still keep
-    equal values in their original order, which an unstable sort of 100,000 values does
-    not -- whether it mends a few runs, sorts many repeats stably, or sorts a small input."""
-    rng = np.random.default_rng(3)
-    n = {"tiny": 2, "small-repeats": 300}.get(values, 100_000)
-    a = rng.integers(0, 2**62, size=n).astype(dtype)
-    if values == "few-repeats":
-        a[rng.integers(0, n, 20)] = a[rng.integers(0, n, 20)]
-    elif values in ("many-repeats", "small-repeats"):
-        a = (a % (n // 100)).astype(dtype)
-    want = np.argsort(a, kind="stable")
-    if values in ("few-repeats", "many-repeats"):
-        assert not np.array_equal(np.argsort(a), want)  # the case the mending is for
-    got = keys_module.stable_order(a)
-    assert got.dtype == np.int64
-    assert np.array_equal(got, want)
