@@ -379,3 +379,49 @@ def test_without_a_credential_the_daemon_starts_no_server() -> None:
     finally:
         proc.kill()
         proc.wait(timeout=30)
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True,
+                         text=True, check=False).stdout
+    return [int(p) for p in out.split()]
+
+
+def test_a_second_daemon_of_the_application_uses_the_hosts_server_and_starts_none(
+        tmp_path: Path) -> None:
+    """An executor runs one Python daemon per worker environment (SQL tasks add
+    ``SPARK_SIMPLIFIED_TRACEBACK``): it must still have one server, or two would run
+    maintenance on the same replicas. (The daemons here are children of one process, as
+    an executor's are.) Another application (another credential) keeps its own; once the
+    server is gone, the next daemon starts a new one."""
+    env = dict(os.environ, PYSPARK_KUDU_SECRET=SECRET.decode(), SPARK_LOCAL_IP="127.0.0.1",
+               PYSPARK_KUDU_DATA_ROOT=str(tmp_path / "root"))
+    other_secret = "o" * 32
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        first, (address, _, streams) = _start_daemon(env)
+        procs.append(first)
+        second, (address2, exported2, streams2) = _start_daemon(
+            dict(env, SPARK_SIMPLIFIED_TRACEBACK="1"))
+        procs.append(second)
+        other, (address3, _, _) = _start_daemon(dict(env, PYSPARK_KUDU_SECRET=other_secret))
+        procs.append(other)
+        assert address2 == exported2 == address and streams2 == streams, \
+            "the second daemon's workers must see the first daemon's server"
+        assert _children(second.pid) == [], "the second daemon must not start a server"
+        assert len(_children(first.pid)) == 1 and len(_children(other.pid)) == 1
+        assert address3 != address, "another application has its own server"
+        assert tserver_client.ping(address3, other_secret.encode())["address"] == address3
+
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+        wait_until(lambda: not _alive(address), 30, f"the server at {address} going away")
+        third, (address4, _, _) = _start_daemon(env)
+        procs.append(third)
+        assert len(_children(third.pid)) == 1, "with the server gone, a new one starts"
+        assert tserver_client.ping(address4, SECRET)["address"] == address4 != "None"
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=30)
