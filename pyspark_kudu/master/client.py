@@ -331,8 +331,8 @@ class MasterClient:
                      endpoint: Body | None = None, release: bool = False,
                      timeout_s: float | None = None) -> dict[str, Body]:
         """Acquire or renew ``client``'s leadership lease on each tablet (or drop them with
-        ``release``); returns each tablet's holder: ``{client, endpoint, expires_in_s}``
-        (see :mod:`pyspark_kudu.master.leases`)."""
+        ``release``); returns each tablet's holder: ``{client, endpoint, expires_in_s,
+        continued}`` (see :mod:`pyspark_kudu.master.leases`)."""
         out = self.call("tablet_lease", {"client": client, "tablet_ids": list(tablet_ids),
                                          "ttl_s": ttl_s, "endpoint": dict(endpoint or {}),
                                          "release": release}, timeout_s=timeout_s)

@@ -37,6 +37,10 @@ class Lease:
     client: str
     endpoint: Mapping[str, Any]
     expires: float
+    #: No other client held the tablet's lease since ``client`` last did (as far as this
+    #: leader master knows): a leader the client kept from then was fenced by no one, so it
+    #: may go on leading without an election (terms still fence if that was wrong).
+    continued: bool = False
 
 
 class LeaseTable:
@@ -44,17 +48,22 @@ class LeaseTable:
 
     def __init__(self) -> None:
         self._leases: dict[str, Lease] = {}
+        self._last: dict[str, str] = {}  # tablet -> the client of its latest lease
 
     def acquire(self, client: str, endpoint: Mapping[str, Any], tablet_ids: Iterable[str],
                 ttl_s: float, now: float) -> dict[str, Lease]:
         """Grant or renew ``client``'s lease on each tablet that has no live lease of another
-        client; returns every tablet's current lease (another client's where it holds one)."""
+        client; returns every tablet's current lease (another client's where it holds one).
+        A grant is ``continued`` when the tablet's previous lease was this client's too
+        (renewed, or lapsed or released with no one taking it since)."""
         ttl = min(max(ttl_s, 0.0), MAX_LEASE_S)
         out: dict[str, Lease] = {}
         for tid in tablet_ids:
             cur = self._leases.get(tid)
             if cur is None or cur.client == client or cur.expires <= now:
-                cur = self._leases[tid] = Lease(client, dict(endpoint), now + ttl)
+                continued = self._last.get(tid) == client
+                cur = self._leases[tid] = Lease(client, dict(endpoint), now + ttl, continued)
+                self._last[tid] = client
             out[tid] = cur
         return out
 

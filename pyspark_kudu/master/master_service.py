@@ -385,7 +385,8 @@ class MasterService:
             got = self._leases.acquire(client, dict(body.get("endpoint") or {}), tids,
                                        float(body["ttl_s"]), now)
         return {"leases": {t: {"client": lease.client, "endpoint": dict(lease.endpoint),
-                               "expires_in_s": round(lease.expires - now, 3)}
+                               "expires_in_s": round(lease.expires - now, 3),
+                               "continued": lease.continued}
                            for t, lease in got.items()}}
 
     # -- master membership ------------------------------------------------------------------

@@ -144,3 +144,44 @@ def test_a_holder_that_is_gone_or_no_longer_leads_is_routed_around_once_its_leas
         assert bystander._leaders == {}  # it refused the forwarded write without leading
         holders = writer.master.tablet_lease("someone", gone + moved, ttl_s=1.0)
         assert {h["client"] for h in holders.values()} == {writer.client_id}
+
+
+def test_a_lease_that_lapsed_idle_is_taken_back_without_an_election_unless_another_held_it(
+    spark: SparkSession, master_address: str, tmp_path: Path,
+) -> None:
+    """A tablet idle past ``idle_s`` has its lease released; the writer's next write takes it
+    back. If no other client held it meanwhile (the master's ``continued``) the leader kept
+    from before goes on (same term: no election; at 50M rows an election cost a 1-row
+    write 13-16 s); if another client held it, the writer elects again (a higher term)."""
+    wh = str(tmp_path / "wh")
+    with KuduContext(spark, master=master_address, warehouse=wh, heal=False) as writer:
+        writer.create_table("idle", STRUCT, keys=["id"], replicas=3, partitioning=HASH2)
+        writer.upsert_rows(spark.createDataFrame([(i, "a") for i in range(10)], STRUCT), "idle")
+        led = terms(writer)
+        tids = sorted(led)
+        writer.leases.idle_s = 0.5
+
+        def released() -> bool:
+            return not any(writer.leases.holds(t) for t in tids)
+
+        deadline = time.monotonic() + 30
+        while not released():
+            assert time.monotonic() < deadline, "the idle leases were not released in 30 s"
+            time.sleep(0.1)  # polling a condition under a deadline
+        writer.upsert_rows(spark.createDataFrame([(i, "b") for i in range(10)], STRUCT), "idle")
+        assert terms(writer) == led, "no other client held the leases: no election"
+
+        # Released again, and this time another client holds them for a moment.
+        deadline = time.monotonic() + 30
+        while not released():
+            assert time.monotonic() < deadline, "the idle leases were not released in 30 s"
+            time.sleep(0.1)
+        other = writer.master.tablet_lease("other", tids, ttl_s=0.5,
+                                           endpoint=SessionAddress("127.0.0.1", 1, "x").to_dict())
+        assert {h["client"] for h in other.values()} == {"other"}
+        time.sleep(0.6)  # let the planted lease lapse (its expiry is the master's clock)
+        writer.upsert_rows(spark.createDataFrame([(i, "c") for i in range(10)], STRUCT), "idle")
+        now = terms(writer)
+        assert set(now) == set(led) and all(now[t] > led[t] for t in led), (now, led)
+        assert {r["id"]: r["v"] for r in writer.read_table("idle").collect()} == {
+            i: "c" for i in range(10)}

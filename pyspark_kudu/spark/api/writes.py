@@ -633,12 +633,15 @@ class WritePath(RideThrough):
         needed, see :meth:`_leaders_for`) and the ones another client holds the lease of
         (its session service). A cached leader of a tablet whose lease this client did not
         hold is dropped (another client may have led it meanwhile: elect again rather than
-        fail the next write as fenced). ``forwarded``: another client sent this work here,
-        so every tablet must be this client's (``NotLeaderError`` otherwise). ``leaderless``
-        as for :meth:`_leaders_for`."""
+        fail the next write as fenced), unless the master says no other client held the
+        lease since this one did (``LeaseKeeper.route``'s ``continued``). ``forwarded``:
+        another client sent this work here, so every tablet must be this client's
+        (``NotLeaderError`` otherwise). ``leaderless`` as for :meth:`_leaders_for`."""
         fresh = {t for t in tablet_ids
                  if self.leases.enabled and not self.leases.holds(t)}
-        holders = self.leases.route(tablet_ids)
+        continued: set[str] = set()
+        holders = self.leases.route(tablet_ids, continued)
+        fresh -= continued  # no other client held them since: the cached leader goes on
         remote = {t: a for t, a in holders.items() if a is not None}
         if remote and forwarded:
             raise NotLeaderError(

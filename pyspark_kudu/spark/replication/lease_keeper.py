@@ -15,7 +15,11 @@ request, can grant it to another): routing a write costs no master request then.
 
 The keeper renews, every third of the lease, the leases of tablets used in the last
 ``idle_s`` (or in use now); an idle tablet's lease is left to lapse so that a client that
-stopped writing does not stay every other client's leader. :meth:`close` releases them all
+stopped writing does not stay every other client's leader. When the client takes such a
+lease back and the master says no other client held it meanwhile (``continued``), the
+leader it kept goes on without an election: measured at 50M rows, a 1-row write to a
+tablet idle for over ``idle_s`` (2 minutes by default) took 13-16 s, six rounds, instead of
+0.6-0.9 s. :meth:`close` releases them all
 (another client takes over at once), and leases stop being renewed once ``alive()`` says
 the client can no longer lead (its SparkContext stopped without the context being closed),
 so they lapse. If the master cannot be asked, the client leads the tablet itself: terms
@@ -72,9 +76,12 @@ class LeaseKeeper:
     def enabled(self) -> bool:
         return self.ttl_s > 0
 
-    def route(self, tablet_ids: Sequence[str]) -> dict[str, SessionAddress | None]:
+    def route(self, tablet_ids: Sequence[str], continued: set[str] | None = None
+              ) -> dict[str, SessionAddress | None]:
         """Each tablet's leader client: None for this client (the lease is now held),
-        else the session service of the client that holds it."""
+        else the session service of the client that holds it. ``continued``: gets the
+        tablets whose lease this client got back with no other client holding it since
+        it last did (the master's ``continued``): a leader kept from before may go on."""
         if not self.enabled or not tablet_ids:
             return dict.fromkeys(tablet_ids)
         sent = time.monotonic()
@@ -103,6 +110,8 @@ class LeaseKeeper:
                     self._last_used[tid] = now
                     self._trust(tid, lease, sent)
                     out[tid] = None
+                    if continued is not None and lease is not None and lease.get("continued"):
+                        continued.add(tid)
                 else:
                     self._drop(tid)
                     # The master never learns a secret: call the holder with this

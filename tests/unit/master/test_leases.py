@@ -184,3 +184,37 @@ def test_a_held_lease_is_trusted_without_asking_while_a_third_of_it_is_left(
             assert client.tablet_lease("b", ["t1", "t2", "t3"], ttl_s=1.0)["t2"]["client"] == "a"
         finally:
             a.close()
+
+
+def test_a_grant_is_continued_only_when_no_other_client_held_the_lease_since() -> None:
+    t = LeaseTable()
+    assert not t.acquire("a", A, ["t"], 10.0, now=0.0)["t"].continued  # never held before
+    assert t.acquire("a", A, ["t"], 10.0, now=5.0)["t"].continued  # renewed
+    assert t.acquire("a", A, ["t"], 10.0, now=20.0)["t"].continued  # lapsed, nobody took it
+    t.release("a", ["t"])
+    assert t.acquire("a", A, ["t"], 10.0, now=21.0)["t"].continued  # released, back
+    t.release("a", ["t"])
+    assert not t.acquire("b", B, ["t"], 10.0, now=22.0)["t"].continued  # another client
+    assert t.acquire("a", A, ["t"], 10.0, now=23.0)["t"].client == "b"  # refused: b holds
+    assert not t.acquire("a", A, ["t"], 10.0, now=40.0)["t"].continued  # b held it since
+    assert not LeaseTable().acquire("a", A, ["t"], 10.0, now=0.0)["t"].continued  # new master
+
+
+def test_the_master_service_and_the_keeper_say_which_leases_continued(tmp_path: Path) -> None:
+    from pyspark_kudu.spark.replication.lease_keeper import LeaseKeeper
+    from pyspark_kudu.spark.replication.session_client import SessionAddress
+
+    with EmbeddedMaster(str(tmp_path), 1) as master, master.client() as client:
+        assert client.tablet_lease("a", ["t1"], ttl_s=30.0, endpoint=A)["t1"]["continued"] is False
+        client.tablet_lease("a", ["t1"], release=True)
+        assert client.tablet_lease("a", ["t1"], ttl_s=30.0, endpoint=A)["t1"]["continued"] is True
+        keeper = LeaseKeeper(client, "k", SessionAddress("127.0.0.1", 3, "sk"), ttl_s=30.0)
+        try:
+            first: set[str] = set()
+            assert keeper.route(["t2"], first) == {"t2": None} and first == set()
+            client.tablet_lease("k", ["t2"], release=True)
+            keeper.distrust("t2")  # ask the master again, as after an idle release
+            again: set[str] = set()
+            assert keeper.route(["t2"], again) == {"t2": None} and again == {"t2"}
+        finally:
+            keeper.close()
