@@ -518,8 +518,9 @@ def start_resident(env: Mapping[str, str] = os.environ) -> str | None:
     ``mapInArrow`` and those of RDD stages (rounds) come from two daemons. Two servers on
     one data root would each run maintenance and background applies on the same replicas:
     measured at 50M rows, their compactions deleted each other's files and were dropped
-    as conflicts (11 of 11 in two idle minutes, 343 s of CPU), after two conflicts a
-    compaction held the replica's lock for minutes, and 1-row writes waited 14-17 s. So
+    as conflicts (11 of 22 in two idle minutes, 343 s of CPU), after two conflicts a
+    compaction held the replica's lock throughout, and each closed the other's cached
+    replicas as stale (~70 reopens after the insert; none with one server). So
     the first daemon's server takes an exclusive lock (:func:`_server_lock`: the executor,
     host, data root and credential) and publishes its address next to it; the executor's
     other daemon finds the lock held and exports that address instead of starting a
