@@ -46,7 +46,6 @@ __all__ = [
 ]
 
 TS_COLUMN = RESERVED_PREFIX + "ts"
-_STABLE_SORT_BELOW = 4096  # stable_order: fewer values sort stably at once
 END_COLUMN = RESERVED_PREFIX + "end"
 ROW_COLUMN = RESERVED_PREFIX + "row"
 LIVE = int(np.iinfo(np.int64).max)
@@ -90,6 +89,9 @@ def key_hash(data: pa.Table | pa.RecordBatch, schema: Schema, seed: int = INDEX_
     """The deterministic 64-bit hash of each row's key (all key columns, the partitioner's
     hash, so equal in every process for a given ``seed``)."""
     return hash_columns([_column(data, c) for c in schema.primary_key], seed)
+
+
+_STABLE_SORT_BELOW = 4096  # stable_order: fewer values sort stably at once
 
 
 def stable_order(values: I64 | U64) -> I64:
