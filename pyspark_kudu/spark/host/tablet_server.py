@@ -58,16 +58,13 @@ replica under the replica's ``flock`` (:mod:`~pyspark_kudu.spark.host.replica_ca
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
-import hashlib
 import json
 import os
 import select
 import signal
 import struct
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -77,7 +74,7 @@ import pyarrow as pa
 
 from pyspark_kudu.errors import InvalidArgumentError, KuduError, NotFoundError
 from pyspark_kudu.rpc.tls import TlsConfig, location, server_kwargs, tls_from_env
-from pyspark_kudu.spark.host import copy_traffic
+from pyspark_kudu.spark.host import copy_traffic, server_lock
 from pyspark_kudu.spark.host.background_apply import BackgroundApplier
 from pyspark_kudu.spark.host.file_stream import STREAM_ADDRESS_ENV, FileStreamServer
 from pyspark_kudu.spark.host.identity import current_host, local_data_root, verify_instance
@@ -520,11 +517,11 @@ def start_resident(env: Mapping[str, str] = os.environ) -> str | None:
     measured at 50M rows, their compactions deleted each other's files and were dropped
     as conflicts (11 of 22 in two idle minutes, 343 s of CPU), after two conflicts a
     compaction held the replica's lock throughout, and each closed the other's cached
-    replicas as stale (~70 reopens after the insert; none with one server). So
-    the first daemon's server takes an exclusive lock (:func:`_server_lock`: the executor,
-    host, data root and credential) and publishes its address next to it; the executor's
-    other daemon finds the lock held and exports that address instead of starting a
-    second server. A server that dies releases the lock (the kernel drops it with the
+    replicas as stale (~70 reopens after the insert; none with one server). So the first
+    daemon's server takes an exclusive lock (:mod:`~pyspark_kudu.spark.host.server_lock`:
+    the executor, host, data root and credential) and publishes its address next to it; the
+    executor's other daemon finds the lock held and exports that address instead of
+    starting a second server. A server that dies releases the lock (the kernel drops it with the
     process); the lock file itself (empty) stays in the temporary directory.
     """
     from pyspark_kudu.rpc.auth import secret_from_env
@@ -541,8 +538,8 @@ def start_resident(env: Mapping[str, str] = os.environ) -> str | None:
     except KuduError as e:
         print(f"pyspark-kudu: this host's tablet server did not start: {e}", file=sys.stderr)
         return None
-    lock_path = _server_lock(current_host(), secret)
-    lock_fd = _take_server_lock(lock_path, _START_TIMEOUT_S)
+    lock_path = server_lock.lock_path(current_host(), secret)
+    lock_fd = server_lock.take(lock_path, _START_TIMEOUT_S)
     if isinstance(lock_fd, str):  # another daemon's server serves this host: use it
         address, _, streams = lock_fd.partition(" ")
         os.environ[ADDRESS_ENV] = address
@@ -565,12 +562,12 @@ def start_resident(env: Mapping[str, str] = os.environ) -> str | None:
             os.dup2(2, 1)  # nor write to its stdout (the executor reads the daemon's port)
 
             def started(address: str) -> None:
-                _publish_address(lock_path, address)
+                server_lock.publish(lock_path, address)
                 os.write(w, address.encode() + b"\n")
                 os.close(w)
 
             serve(current_host(), secret, started, tls,
-                  on_stopping=functools.partial(_release_server_lock, lock_path, lock_fd))
+                  on_stopping=functools.partial(server_lock.release, lock_path, lock_fd))
         except BaseException as e:  # report and exit: never return into the daemon's code
             print(f"pyspark-kudu: tablet server stopped: {type(e).__name__}: {e}",
                   file=sys.stderr)
@@ -587,66 +584,6 @@ def start_resident(env: Mapping[str, str] = os.environ) -> str | None:
     os.environ[ADDRESS_ENV] = address
     _export_stream_address(streams)
     return address
-
-
-def _server_lock(host: str, secret: bytes) -> str:
-    """The lock file of the server of this daemon's executor (its parent process: both of
-    an executor's daemons are its children) on ``host``, for this data root and
-    credential. Another application's executor on the host has its own server, as before,
-    even with the same credential: a server lives as long as its executor. Under the
-    system's temporary directory: the data root may not exist yet."""
-    try:
-        root = local_data_root()
-    except KuduError:
-        root = ""
-    parts = [str(os.getppid()).encode(), host.encode(), root.encode(), secret]
-    digest = hashlib.sha256(b"\0".join(parts)).hexdigest()
-    return os.path.join(tempfile.gettempdir(), f"pyspark-kudu-tserver-{digest[:24]}.lock")
-
-
-def _take_server_lock(path: str, timeout_s: float) -> int | str | None:
-    """The lock's descriptor, held (this daemon starts the server), or the address line
-    another daemon's running server published (``"address streams"``), or None if that
-    server published none within ``timeout_s``. The holder removes an older server's
-    address before it starts its own, so the line read belongs to the live holder."""
-    end = time.monotonic() + timeout_s
-    while True:
-        fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path + ".address")
-            return fd
-        with contextlib.suppress(FileNotFoundError):
-            with open(path + ".address", encoding="utf-8") as f:
-                line = f.read().strip()
-            if line:
-                return line
-        if time.monotonic() >= end:
-            return None
-        time.sleep(0.05)
-
-
-def _release_server_lock(lock_path: str, lock_fd: int) -> None:
-    """(In the server, told to stop.) Withdraw the address, then release the lock: a daemon
-    starting now starts the next server at once instead of waiting out this one's
-    shutdown (its maintenance may finish a compaction step first: a brief overlap, which
-    the replicas' locks make safe) or taking the address of a server going away."""
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(lock_path + ".address")
-    fcntl.flock(lock_fd, fcntl.LOCK_UN)
-    os.close(lock_fd)
-
-
-def _publish_address(lock_path: str, address: str) -> None:
-    """(In the server, lock held.) Write the address line for later daemons, atomically."""
-    tmp = f"{lock_path}.address.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(address + "\n")
-    os.replace(tmp, lock_path + ".address")
 
 
 def _read_line(fd: int, timeout_s: float) -> str:
