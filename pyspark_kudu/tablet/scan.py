@@ -10,9 +10,14 @@ source:
   range contains the key.
 - **Pushdown**: the predicates, plus the visibility conditions that are not trivially true
   for the file (``__kudu_ts <= S`` when the file has newer versions, ``__kudu_end > S`` when
-  it stored ended versions, ``__kudu_row NOT IN dead`` for versions ended by deltas), become
-  one pyarrow dataset filter: Parquet row groups are skipped on their statistics, the rest
-  is filtered by Arrow compute, and only projected columns are materialised.
+  it stored ended versions), become one pyarrow dataset filter: Parquet row groups are
+  skipped on their statistics, the rest is filtered by Arrow compute, and only projected
+  columns are materialised.
+- **Versions ended by deltas** (updates and deletes since the file was written) are dropped
+  after decoding, by their ``__kudu_row`` (the row's position in the file) looked up in a
+  bitmap of the ended positions: one gather per batch, ~20% faster for the whole scan than
+  a pushed-down ``__kudu_row NOT IN ended`` filter (a hash-set probe per row); see
+  :func:`rowset_batches`.
 - **Bounded output**: batches carry at most ``batch_rows`` rows and the scan streams one
   batch at a time, so memory stays bounded by the read-ahead of one file.
 - **Pinned files**: a :class:`TabletScanner` opens its rowset files when it is planned, so
@@ -53,6 +58,7 @@ __all__ = [
     "combine",
     "fragment_batches",
     "key_predicates",
+    "rowset_batches",
     "rowset_filter",
     "rowset_may_match",
 ]
@@ -97,17 +103,51 @@ def rowset_may_match(meta: RowSetMeta, schema: Schema, preds: Sequence[Predicate
 
 
 def rowset_filter(user: ds.Expression | None, snapshot: int, max_ts: int,
-                  min_end: int | None, dead: I64) -> ds.Expression | None:
-    """The filter of one rowset file at ``snapshot``: the user's predicates and the
-    visibility conditions that are not trivially true for that file (module docstring)."""
+                  min_end: int | None) -> ds.Expression | None:
+    """The pushed-down filter of one rowset file at ``snapshot``: the user's predicates and
+    the visibility conditions of the file's own columns that are not trivially true for it
+    (module docstring). Versions ended by deltas are dropped by :func:`rowset_batches`."""
     parts: list[ds.Expression] = [] if user is None else [user]
     if max_ts > snapshot:
         parts.append(pc.field(TS_COLUMN) <= snapshot)
     if min_end is not None and min_end <= snapshot:
         parts.append(pc.field(END_COLUMN) > snapshot)
-    if len(dead):
-        parts.append(~pc.field(ROW_COLUMN).isin(pa.array(dead, type=pa.int64())))
     return combine(parts)
+
+
+def rowset_batches(fragment: ds.ParquetFileFragment, schema: Schema, columns: Sequence[str],
+                   user: ds.Expression | None, snapshot: int, max_ts: int,
+                   min_end: int | None, ended: I64, batch_rows: int
+                   ) -> Iterator[pa.RecordBatch]:
+    """The visible rows at ``snapshot`` of one rowset file matching ``user``: its
+    :func:`rowset_filter` pushed down, then the versions at positions ``ended`` (rows whose
+    version a delta ended at or before the snapshot, any order) dropped from each batch.
+
+    Those are dropped after decoding rather than by an ``isin`` filter: the batch's
+    ``__kudu_row`` is read along (when not projected) and looked up in a bitmap of the ended
+    positions, one numpy gather per batch instead of a hash-set probe per row. Measured
+    in-process, a full scan of a 3M-row tablet of the benchmarks' five columns (4 rowsets,
+    60,000 versions ended by an upsert): 0.16-0.17 s with ``isin``, 0.13-0.14 s this way."""
+    filt = rowset_filter(user, snapshot, max_ts, min_end)
+    if not len(ended):
+        yield from fragment_batches(fragment, schema, columns, filt, batch_rows)
+        return
+    # One slot past the highest ended position stays False: positions beyond it are clipped
+    # onto it (the bitmap need not know the file's length).
+    is_ended = np.zeros(int(ended.max()) + 2, dtype=np.bool_)
+    is_ended[ended] = True
+    last = len(is_ended) - 1
+    wanted = list(columns)
+    read = wanted if ROW_COLUMN in wanted else [*wanted, ROW_COLUMN]
+    for batch in fragment_batches(fragment, schema, read, filt, batch_rows):
+        rows = np.asarray(batch.column(ROW_COLUMN).to_numpy(), dtype=np.int64)
+        gone = is_ended[np.minimum(rows, last)]
+        if read is not wanted:
+            batch = batch.select(wanted)
+        if gone.any():
+            batch = batch.filter(~gone)
+        if batch.num_rows:
+            yield batch
 
 
 def fragment_batches(fragment: ds.ParquetFileFragment, schema: Schema,
@@ -153,10 +193,9 @@ class ScanPlan:
     def rowset_batches(self, src: RowSetSource, user: ds.Expression | None
                        ) -> Iterator[pa.RecordBatch]:
         meta = src.rowset.meta
-        yield from fragment_batches(
-            src.fragment, self.schema, self.columns,
-            rowset_filter(user, self.snapshot, meta.max_ts, meta.min_end, src.dead),
-            self.batch_rows)
+        yield from rowset_batches(src.fragment, self.schema, self.columns, user,
+                                  self.snapshot, meta.max_ts, meta.min_end, src.dead,
+                                  self.batch_rows)
 
     def mrs_batches(self, user: ds.Expression | None) -> Iterator[pa.RecordBatch]:
         view = self.mrs

@@ -23,7 +23,7 @@ before the snapshot collected), then:
 The task opens every linked file, removes the directory (the open descriptors keep the
 files readable), and reads them with the same filter the server would apply
 (:func:`~pyspark_kudu.spark.host.tserver_client.read_shared`,
-:func:`~pyspark_kudu.tablet.scan.rowset_filter`): the same rows, decoded once, in the
+:func:`~pyspark_kudu.tablet.scan.rowset_batches`): the same rows, decoded once, in the
 process that hands them to Spark. A directory a task never removed (it died between the
 answer and opening the files) is removed by the server's next shared scan once it is older
 than :data:`STALE_S`.

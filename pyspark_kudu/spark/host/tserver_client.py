@@ -46,7 +46,7 @@ from pyspark_kudu.spark.host.tserver_protocol import (
     StagedRequest,
     decode_error,
 )
-from pyspark_kudu.tablet.scan import combine, fragment_batches, rowset_filter
+from pyspark_kudu.tablet.scan import combine, rowset_batches
 
 __all__ = ["ServerClients", "fetch_file", "fetch_file_buffers", "fetch_staged", "ping",
            "prefetch_copy",
@@ -335,8 +335,8 @@ def _read(opened: list[tuple[pa.NativeFile, Mapping[str, Any]]], schema: Schema,
         fmt = ds.ParquetFileFormat()
         for fh, f in opened:
             dead = np.frombuffer(base64.b64decode(f["dead"]), dtype="<i8")
-            filt = rowset_filter(user, snapshot, int(f["max_ts"]), f["min_end"], dead)
-            yield from fragment_batches(fmt.make_fragment(fh), schema, cols, filt, batch_rows)
+            yield from rowset_batches(fmt.make_fragment(fh), schema, cols, user, snapshot,
+                                      int(f["max_ts"]), f["min_end"], dead, batch_rows)
     finally:
         for fh, _ in opened:
             fh.close()

@@ -9,6 +9,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pyspark_kudu.errors import InvalidArgumentError, NotFoundError, ServiceUnavailableError
 from pyspark_kudu.schema import ColumnSchema, Predicate, Schema
@@ -124,6 +126,46 @@ def test_batches_are_bounded(tablet: Tablet) -> None:
     write(tablet, OpType.INSERT, _rich_rows(500, start=1000))
     sizes = [b.num_rows for b in tablet.scan(batch_rows=64)]
     assert max(sizes) <= 64 and sum(sizes) == 1500
+
+
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(updated=st.sets(st.integers(0, 299)), deleted=st.sets(st.integers(0, 299)),
+       columns=st.sampled_from([None, [], ["grp"], ["ok", "id"]]),
+       pred=st.sampled_from([None, Predicate.eq("grp", "u"), Predicate.lt("id", 150)]),
+       flush_again=st.booleans(), batch_rows=st.sampled_from([7, 64, 1000]))
+def test_versions_ended_by_deltas_are_dropped_whatever_the_projection(
+        tmp_path_factory: pytest.TempPathFactory, no_fsync: None, updated: set[int],
+        deleted: set[int], columns: list[str] | None, pred: Predicate | None,
+        flush_again: bool, batch_rows: int) -> None:
+    """Updates and deletes of flushed rows end their versions through deltas, which the scan
+    drops by file position after decoding (``scan.rowset_batches``): whatever the
+    projection (none, or without ``id``), predicate and batch size, exactly the live
+    versions come back, with their latest values."""
+    t = Tablet.create(str(tmp_path_factory.mktemp("ended")), "t1", SCHEMA, options=OPTIONS)
+    rows = _rich_rows(300)
+    write(t, OpType.INSERT, rows)
+    t.flush()
+    if updated:
+        new = rows.take(sorted(updated))
+        write(t, OpType.UPSERT, new.set_column(1, "grp", pa.array(["u"] * len(updated))))
+    if deleted:
+        write(t, OpType.DELETE, pa.table({"id": sorted(deleted)}))
+    if flush_again:
+        t.flush()
+    model = {r["id"]: r for r in rows.to_pylist() if r["id"] not in deleted}
+    for i in updated - deleted:
+        model[i] = {**model[i], "grp": "u"}
+    want = [r for r in model.values()
+            if pred is None or (r["grp"] == "u" if pred.column == "grp" else r["id"] < 150)]
+    names = SCHEMA.names if columns is None else columns
+    batches = list(t.scan(columns, [] if pred is None else [pred], batch_rows=batch_rows))
+    assert all(0 < b.num_rows <= batch_rows and b.schema.names == list(names)
+               for b in batches)
+    got = pa.Table.from_batches(batches, schema=SCHEMA.project(list(names)))
+    assert got.num_rows == len(want)
+    key = sorted(str(v) for v in (tuple(r[c] for c in names) for r in want))
+    assert sorted(str(v) for v in (tuple(r[c] for c in names) for r in got.to_pylist())) == key
 
 
 def test_point_lookup_opens_only_the_rowset_whose_key_range_holds_the_key(
