@@ -31,11 +31,13 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 
 from pyspark_kudu.errors import InvalidArgumentError, NotFoundError
 
 if TYPE_CHECKING:  # pragma: no cover - only for annotations; pyspark is imported lazily
+    # (and pyarrow.dataset, which imports pandas: ~0.15 s for a process that needs neither,
+    # e.g. the driver's Python worker planning a ``format("kudu")`` write)
+    import pyarrow.dataset as ds
     from pyspark.sql.types import DataType, StructType
 
 __all__ = [

@@ -31,24 +31,83 @@ pushdown), :mod:`.tablet` (bootstrap, crash safety, threads), :mod:`.copy`,
 (lifecycle), :mod:`.faults`.
 """
 
-from pyspark_kudu.tablet.committed_log import CommittedLog, LogRecord, LogSink, MemoryLog
-from pyspark_kudu.tablet.copy import CopyChunk, TabletCopySource, install_tablet_copy
-from pyspark_kudu.tablet.faults import CRASH_ENV, CRASH_EXIT_CODE, CRASH_POINTS
-from pyspark_kudu.tablet.ops import (
-    OpType,
-    RowError,
-    WriteBatch,
-    WriteResult,
-    decode_write_batch,
-    encode_write_batch,
-    is_write_batch,
-)
-from pyspark_kudu.tablet.rowset import DeltaFileMeta, RowSetMeta
-from pyspark_kudu.tablet.scan import TabletScanner
-from pyspark_kudu.tablet.state import TabletEvent, TabletState
-from pyspark_kudu.tablet.superblock import Superblock, tablet_dir
-from pyspark_kudu.tablet.tablet import Tablet
-from pyspark_kudu.tablet.tablet_options import TabletMetrics, TabletOptions
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark_kudu.tablet.committed_log import CommittedLog, LogRecord, LogSink, MemoryLog
+    from pyspark_kudu.tablet.copy import CopyChunk, TabletCopySource, install_tablet_copy
+    from pyspark_kudu.tablet.faults import CRASH_ENV, CRASH_EXIT_CODE, CRASH_POINTS
+    from pyspark_kudu.tablet.ops import (
+        OpType,
+        RowError,
+        WriteBatch,
+        WriteResult,
+        decode_write_batch,
+        encode_write_batch,
+        is_write_batch,
+    )
+    from pyspark_kudu.tablet.rowset import DeltaFileMeta, RowSetMeta
+    from pyspark_kudu.tablet.scan import TabletScanner
+    from pyspark_kudu.tablet.state import TabletEvent, TabletState
+    from pyspark_kudu.tablet.superblock import Superblock, tablet_dir
+    from pyspark_kudu.tablet.tablet import Tablet
+    from pyspark_kudu.tablet.tablet_options import TabletMetrics, TabletOptions
+
+#: Where each name of the package lives. Imported on first use (:func:`__getattr__`), so that
+#: a process needing one small part (``OpType`` to parse write options, in the driver's
+#: Python worker planning a ``format("kudu")`` write) does not import the whole tablet code
+#: with pyarrow's dataset and Parquet modules and pandas (~0.3 s). :func:`load_all` imports
+#: everything, for processes that fork workers.
+_HOMES: dict[str, str] = {
+    "CRASH_ENV": "faults",
+    "CRASH_EXIT_CODE": "faults",
+    "CRASH_POINTS": "faults",
+    "CommittedLog": "committed_log",
+    "CopyChunk": "copy",
+    "DeltaFileMeta": "rowset",
+    "LogRecord": "committed_log",
+    "LogSink": "committed_log",
+    "MemoryLog": "committed_log",
+    "OpType": "ops",
+    "RowError": "ops",
+    "RowSetMeta": "rowset",
+    "Superblock": "superblock",
+    "Tablet": "tablet",
+    "TabletCopySource": "copy",
+    "TabletEvent": "state",
+    "TabletMetrics": "tablet_options",
+    "TabletOptions": "tablet_options",
+    "TabletScanner": "scan",
+    "TabletState": "state",
+    "WriteBatch": "ops",
+    "WriteResult": "ops",
+    "decode_write_batch": "ops",
+    "encode_write_batch": "ops",
+    "install_tablet_copy": "copy",
+    "is_write_batch": "ops",
+    "tablet_dir": "superblock",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+def load_all() -> None:
+    """Import every name of the package now (a daemon before it forks its workers)."""
+    for name in _HOMES:
+        __getattr__(name)
+
 
 __all__ = [
     "CRASH_ENV",

@@ -41,7 +41,6 @@ from pyspark_kudu.errors import (
 from pyspark_kudu.schema import ColumnSchema, Predicate, PredicateOp, Schema
 from pyspark_kudu.spark.api.datasource import (
     KuduScanReader,
-    ReplicaChoice,
     TabletPartition,
     without_null_values,
 )
@@ -59,7 +58,7 @@ from pyspark_kudu.spark.api.source_options import (
     translate_filters,
 )
 from pyspark_kudu.spark.host.identity import ensure_instance
-from pyspark_kudu.spark.host.replica_reader import TabletScan, order_replicas
+from pyspark_kudu.spark.host.replica_reader import ReplicaChoice, TabletScan, order_replicas
 from pyspark_kudu.spark.replication.session_client import (
     TableInfo,
     TabletInfo,

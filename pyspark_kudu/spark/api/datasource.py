@@ -69,7 +69,7 @@ import pickle
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -91,7 +91,6 @@ from pyspark_kudu.errors import (
     InvalidArgumentError,
     NotSupportedError,
 )
-from pyspark_kudu.fileio import FileIO
 from pyspark_kudu.partitioning import Partitioner, PartitionSchema
 from pyspark_kudu.schema import Predicate, Schema
 from pyspark_kudu.spark.api.source_options import (
@@ -104,13 +103,6 @@ from pyspark_kudu.spark.api.source_options import (
     translate_filters,
     warn_repartition,
 )
-from pyspark_kudu.spark.host.dataplane import INLINE_MAGIC, StagedRef, stage_batches
-from pyspark_kudu.spark.host.identity import current_host, local_data_root
-from pyspark_kudu.spark.host.replica_reader import (
-    ReplicaChoice,
-    TabletScan,
-    read_tablet_refreshing,
-)
 from pyspark_kudu.spark.replication.session_client import (
     SessionAddress,
     SessionClient,
@@ -119,6 +111,15 @@ from pyspark_kudu.spark.replication.session_client import (
 )
 from pyspark_kudu.tablet import OpType
 
+if TYPE_CHECKING:
+    from pyspark_kudu.spark.host.replica_reader import ReplicaChoice, TabletScan
+
+# The executor-side parts (staging, reading replicas) are imported where they run: the
+# driver's Python workers that plan and commit a write, or plan a read, start fresh after a
+# minute without work (PySpark's idle timeout) and import this module; with those parts
+# (the tablet, WAL and replication code, pyarrow's dataset module and pandas) a 1-row write
+# after a minute idle cost ~0.4 s more per worker on an idle host, ~0.9 CPU-s under load.
+
 __all__ = [
     "KuduCommitMessage",
     "KuduDataSource",
@@ -126,7 +127,6 @@ __all__ = [
     "KuduScanReader",
     "KuduStreamWriter",
     "KuduWriter",
-    "ReplicaChoice",
     "TabletPartition",
     "bound_source",
     "without_null_values",
@@ -263,7 +263,7 @@ class _WritePlan:
     ignore_null: bool
     batch_size: int
     staging_root: str | None
-    small_write_bytes: int
+    small_write_bytes: int | None  # None: dataplane.SMALL_WRITE_BYTES
     write_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     @classmethod
@@ -326,6 +326,14 @@ class _StagingWriter:
         return self.plan.write_id
 
     def _stage(self, batches: Iterator[pa.RecordBatch]) -> KuduCommitMessage:
+        from pyspark_kudu.spark.host.dataplane import (
+            INLINE_MAGIC,
+            SMALL_WRITE_BYTES,
+            StagedRef,
+            stage_batches,
+        )
+        from pyspark_kudu.spark.host.identity import current_host, local_data_root
+
         p = self.plan
         wid = self._task_write_id()
         partitioner = Partitioner(p.schema, PartitionSchema.from_dict(p.partition_schema,
@@ -334,7 +342,8 @@ class _StagingWriter:
         bad: list[str] = []
         rows = 0
 
-        inline_left = p.small_write_bytes  # one budget for the task's inline batches
+        # One budget for the task's inline batches.
+        inline_left = SMALL_WRITE_BYTES if p.small_write_bytes is None else p.small_write_bytes
 
         def collect(out: Iterator[pa.RecordBatch]) -> None:
             nonlocal inline_left
@@ -436,6 +445,8 @@ class KuduStreamWriter(_StagingWriter, DataSourceStreamArrowWriter):
         path = self.checkpoint
         if path.startswith("file:") and not path.startswith("file://"):
             path = path[len("file:"):]  # Hadoop's "file:/x" form
+        from pyspark_kudu.fileio import FileIO
+
         try:
             doc = json.loads(FileIO(path).read_bytes("metadata"))
             query_id = str(doc["id"])
@@ -493,12 +504,16 @@ class KuduScanReader(DataSourceReader):
         self.predicates: list[Predicate] = []
 
     def _choice(self, ts: str, leader: bool) -> ReplicaChoice:
+        from pyspark_kudu.spark.host.replica_reader import ReplicaChoice
+
         host, root, address, location = self.info.tservers.get(ts, ("", None, "", None))
         return ReplicaChoice(ts, root, leader, host, address, location)
 
     def _token(self, tablet_id: str, replicas: Sequence[ReplicaChoice], snapshot: int | None,
                known: int | None, require: bool = False, commit_term: int | None = None
                ) -> TabletPartition:
+        from pyspark_kudu.spark.host.replica_reader import TabletScan
+
         info = self.info
         return TabletPartition(TabletScan(
             self.opts.table, tablet_id, tuple(replicas), self.columns, tuple(self.predicates),
@@ -555,6 +570,9 @@ class KuduScanReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, TabletPartition):
             return  # Spark's stand-in partition when pruning left no tablet
+        from pyspark_kudu.spark.host.identity import current_host
+        from pyspark_kudu.spark.host.replica_reader import read_tablet_refreshing
+
         scan = partition.scan
         if partition.scan_id and self.session is not None:
             _, token = SessionClient(self.session).claim_tablet(

@@ -95,7 +95,6 @@ from pyspark.sql.types import StructType
 from pyspark_kudu.errors import InvalidArgumentError, NotSupportedError
 from pyspark_kudu.master.client import parse_master_addresses
 from pyspark_kudu.schema import Predicate, PredicateOp, Schema
-from pyspark_kudu.spark.host.dataplane import SMALL_WRITE_BYTES
 from pyspark_kudu.tablet import OpType
 
 __all__ = [
@@ -159,7 +158,9 @@ class WriteOptions:
     repartition_sort: bool = True
     handle_schema_drift: bool = False
     stream_id: str | None = None
-    small_write_bytes: int = SMALL_WRITE_BYTES
+    #: None: the writer task's default (``dataplane.SMALL_WRITE_BYTES``, resolved where the
+    #: task stages: the driver's worker planning the write need not import the staging code).
+    small_write_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -264,7 +265,7 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         handle_schema_drift=parse_bool("kudu.handleSchemaDrift",
                                        _get(options, "kudu.handleSchemaDrift")),
         stream_id=None if stream_id is None else stream_id_option(stream_id),
-        small_write_bytes=SMALL_WRITE_BYTES if small is None else small,
+        small_write_bytes=small,
     )
 
 

@@ -31,6 +31,9 @@ import gc
 from pyspark.daemon import manager
 
 import pyspark_kudu.spark.host.round_tasks  # noqa: F401  (handlers, dataplane, replica cache, tablet, wal)
+from pyspark_kudu.tablet import load_all
+
+load_all()  # the tablet package imports its parts on first use: all of them, before forking
 
 __all__ = ["DAEMON_CONF", "SESSION_CONF", "freeze_imports"]
 

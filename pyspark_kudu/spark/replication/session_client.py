@@ -40,7 +40,7 @@ from pyspark_kudu.errors import (
     UsageError,
 )
 from pyspark_kudu.schema import Schema
-from pyspark_kudu.spark.replication.write_service import WriteSummary
+from pyspark_kudu.spark.replication.write_summary import WriteSummary
 
 __all__ = [
     "ReadPoint",

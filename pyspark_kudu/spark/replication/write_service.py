@@ -54,6 +54,7 @@ from pyspark_kudu.spark.replication.multitablet import (
 )
 from pyspark_kudu.spark.replication.peer_transport import PeerTransport
 from pyspark_kudu.spark.replication.tablet_leader import TabletLeader
+from pyspark_kudu.spark.replication.write_summary import WriteProgress, WriteSummary
 from pyspark_kudu.tablet import WriteResult
 
 __all__ = ["DEFAULT_LINGER_IDLE_S", "DEFAULT_LINGER_S", "DEFAULT_SETTLE_DELAY_S",
@@ -78,25 +79,6 @@ many tablets on the test cluster (0.4-0.7 s), which those not waited for would n
 DEFAULT_LINGER_IDLE_S = 0.1
 """A round stops waiting when no expected writer queued for this long (a writer that stopped
 writing costs the next round this much, once)."""
-
-
-@dataclass(frozen=True)
-class WriteSummary:
-    """What a write did: rows written, rows refused (per-row errors), tablets touched."""
-
-    rows_written: int
-    row_errors: int
-    tablets: int
-
-
-@dataclass(frozen=True)
-class WriteProgress:
-    """How far a write got: rows and batches committed so far, out of the totals."""
-
-    rows_done: int
-    rows_total: int
-    batches_done: int
-    batches_total: int
 
 
 @dataclass
