@@ -55,7 +55,9 @@ def _wait_for(predicate: object, deadline_s: float, what: str, poll_s: float = 0
         try:
             if predicate():
                 return
-        except OSError as e:  # not up yet
+        except (OSError, ValueError) as e:
+            # not up yet: refused or reset, or (ValueError) the master's web UI answered
+            # before its JSON handler was ready (an empty body; seen once in CI)
             last_error = e
         time.sleep(poll_s)
     raise TimedOutError(f"{what} did not happen within {deadline_s:.0f} s"
