@@ -9,9 +9,16 @@ per worker, RF=3, 3 racks through the test topology's location mapping):
    order of ``INGEST_ORDER``, after an untimed cold upsert and Parquet write), against
    ``df.write.parquet`` before and after (medians); for the 5-column long-keyed table (6
    hash tablets) and for a composite-key table (string + timestamp + long key, 3 hash
-   buckets x 2 range partitions, decimal/date/binary/string columns with nulls).
-2. **Full-scan aggregate over every column**, right after ingest and after 1% of the rows
-   were upserted, through ``spark.read.format("kudu")`` and ``KuduContext.read_table``,
+   buckets x 2 range partitions, decimal/date/binary/string columns with nulls). Every
+   timed write starts with the tablet servers quiet, and each Kudu write's *deferred* work
+   is measured after it returns (the wait until the servers are quiet again, and their CPU
+   meanwhile: follower applies, deferred flushes, compactions): each ingest figure is given
+   as returned to the caller and as applied everywhere. Without the wait, each write and
+   Parquet run paid some of the previous write's deferred work (one 10M Parquet baseline
+   run took 23.5 s against 6.0 s for the other).
+2. **Full-scan aggregate over every column**, after ingest (the servers quiet: the last
+   ingest was waited for) and right after 1% of the rows were upserted, through
+   ``spark.read.format("kudu")`` and ``KuduContext.read_table``,
    against ``spark.read.parquet`` of the same rows (median of ``--repeats`` rounds, each
    reading once with every path in turn; every result is checked against Parquet's). After
    ingest also the **Python floor**: the same rows made by Arrow kernels in Python tasks and
@@ -77,6 +84,7 @@ from pyspark_kudu.testing.benchdata import (
     upsert_rows,
 )
 from pyspark_kudu.testing.memory_sampler import MemorySampler, server_reports
+from pyspark_kudu.testing.settle import Settled, process_cpu_s, server_pids, wait_quiet
 from pyspark_kudu.testing.standalone_cluster import StandaloneCluster, cluster_session
 
 REPO = Path(__file__).resolve().parents[1]
@@ -213,9 +221,16 @@ def _warm_up(spark: SparkSession, kudu: KuduContext, base: Path, parts: int) -> 
 
 
 #: Ingest order: after a cold write of each kind, each operation runs twice, in mirrored
-#: order, each into a new table, between two Parquet writes, so that neither pays more of
-#: the background work (follower applies, maintenance) the previous write left behind.
+#: order, each into a new table, between two Parquet writes. Every timed write starts with
+#: the tablet servers quiet (:func:`_settle`), so no figure pays another's deferred work.
 INGEST_ORDER = ("insert", "upsert", "upsert", "insert")
+
+
+def _settle(kudu: KuduContext) -> Settled:
+    """Wait until the tablet servers finished their deferred work (follower applies,
+    deferred flushes, compactions; :mod:`pyspark_kudu.testing.settle`)."""
+    pids = server_pids(kudu)
+    return wait_quiet(lambda: process_cpu_s(pids))
 
 
 def _ingest(kudu: KuduContext, df: DataFrame, out: dict[str, Any], parquet: Path,
@@ -223,8 +238,11 @@ def _ingest(kudu: KuduContext, df: DataFrame, out: dict[str, Any], parquet: Path
             create: Callable[[str], Any]) -> str:
     """A cold full-size upsert and Parquet write first (recorded, not in the ratios), then ingest
     ``df`` with ``INGEST_ORDER`` between two Parquet writes; records each figure's runs and
-    median (the mean of the two) in ``out``. Returns the table of the last insert, kept for
-    the scans; the others are deleted."""
+    median in ``out``. Each Kudu write is followed by :func:`_settle`, whose wait is that
+    write's *deferred* time and server CPU (with the deletion of the previous table, small):
+    ``{op}_s`` is what the caller waited, ``{op}_done_s`` that plus the deferred time (the
+    write fully applied everywhere), each with its ratio to the Parquet write. Returns the
+    table of the last insert, kept for the scans; the others are deleted."""
     # Untimed in the ratios: the first full-size write of a table shape pays the cluster's
     # warm-up (measured: 16.3 s for a 2M-row insert that took 5.9 s the second time).
     out["cold_parquet_write_s"] = _parquet_write(df, parquet)
@@ -232,25 +250,39 @@ def _ingest(kudu: KuduContext, df: DataFrame, out: dict[str, Any], parquet: Path
     out["cold_first_write_s"] = _kudu_write(df, f"{prefix}_cold", "upsert")
     print(f"  {label} cold: upsert {out['cold_first_write_s']:.1f} s, parquet "
           f"{out['cold_parquet_write_s']:.1f} s (not in the ratios)", flush=True)
+    _settle(kudu)
     runs: dict[str, list[float]] = {"parquet": [_parquet_write(df, parquet)]}
+    deferred: dict[str, list[float]] = {}
+    deferred_cpu: dict[str, list[float]] = {}
     kept = f"{prefix}_cold"
     for k, op in enumerate(INGEST_ORDER):
         name = f"{prefix}_{op}_{k}"
         create(name)
         with mem.phase(f"{phase}_{op}"):
             runs.setdefault(op, []).append(_kudu_write(df, name, op))
-        print(f"  {label} {op} run {len(runs[op])}: {runs[op][-1]:.1f} s", flush=True)
-        if kept:
-            kudu.delete_table(kept)
+        kudu.delete_table(kept)
         kept = name
+        settled = _settle(kudu)
+        deferred.setdefault(op, []).append(settled.seconds)
+        deferred_cpu.setdefault(op, []).append(settled.cpu_s)
+        print(f"  {label} {op} run {len(runs[op])}: {runs[op][-1]:.1f} s, then "
+              f"{settled.seconds:.1f} s and {settled.cpu_s:.1f} server CPU-s deferred"
+              + ("" if settled.quiet else " (servers not quiet by the deadline)"), flush=True)
     runs["parquet"].append(_parquet_write(df, parquet))
     out["parquet_write_s"] = statistics.median(runs["parquet"])
     out["runs_s"] = runs
+    out["deferred_s"] = deferred
+    out["deferred_server_cpu_s"] = deferred_cpu
     for op in ("insert", "upsert"):
         out[f"{op}_s"] = statistics.median(runs[op])
         out[f"{op}_ratio"] = out["parquet_write_s"] / out[f"{op}_s"]
+        out[f"{op}_done_s"] = statistics.median(
+            r + d for r, d in zip(runs[op], deferred[op], strict=True))
+        out[f"{op}_done_ratio"] = out["parquet_write_s"] / out[f"{op}_done_s"]
         print(f"  {label} {op}: {out[f'{op}_s']:.1f} s vs parquet "
-              f"{out['parquet_write_s']:.1f} s -> {out[f'{op}_ratio']:.2f}x", flush=True)
+              f"{out['parquet_write_s']:.1f} s (runs {runs['parquet'][0]:.1f}, "
+              f"{runs['parquet'][1]:.1f}) -> {out[f'{op}_ratio']:.2f}x; applied everywhere "
+              f"after {out[f'{op}_done_s']:.1f} s -> {out[f'{op}_done_ratio']:.2f}x", flush=True)
     return kept
 
 
@@ -364,6 +396,8 @@ def _plot(r: dict[str, Any], path: Path) -> None:
         "upsert (simple)": [s["simple"]["upsert_ratio"] for s in r["sizes"]],
         "insert (composite)": [s.get("composite", {}).get("insert_ratio") for s in r["sizes"]],
         "upsert (composite)": [s.get("composite", {}).get("upsert_ratio") for s in r["sizes"]],
+        "insert applied everywhere (simple)": [s["simple"].get("insert_done_ratio")
+                                               for s in r["sizes"]],
         "scan format, ingested": [s["simple"]["scan_after_ingest"]["format_kudu_ratio"]
                                   for s in r["sizes"]],
         "scan read_table, ingested": [s["simple"]["scan_after_ingest"]["read_table_ratio"]
