@@ -76,18 +76,20 @@ def test_a_rowset_full_of_ended_versions_is_rewritten_when_nothing_overlaps() ->
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 20), st.integers(1, 400),
                           st.integers(0, 10)), max_size=12),
-       st.integers(50, 1000))
+       st.integers(50, 1000), st.sampled_from([2, 4]))
 def test_a_chosen_compaction_fits_its_budget_and_merges_one_stack(
-        specs: list[tuple[int, int, int, int]], budget: int) -> None:
+        specs: list[tuple[int, int, int, int]], budget: int, min_stack: int) -> None:
     metas = [_meta(i, lo, lo + span, size=size, rows=10, dead=dead)
              for i, (lo, span, size, dead) in enumerate(specs)]
-    policy = MaintenancePolicy(budget_bytes=budget, delta_ratio=0.5, max_stack=6)
+    policy = MaintenancePolicy(budget_bytes=budget, delta_ratio=0.5, max_stack=6,
+                               min_stack=min_stack)
     ids = choose_compaction(metas, policy)
     chosen = [m for m in metas if m.id in ids]
     assert sum(m.size_bytes for m in chosen) <= budget
     if len(chosen) > 1:
         stacks = [s for s in overlap_stacks(metas) if set(ids) <= {m.id for m in s}]
         assert stacks, (ids, overlap_stacks(metas))
+        assert len(stacks[0]) >= policy.min_stack
         if len(stacks[0]) < policy.max_stack:  # a low stack: similar sizes only
             sizes = sorted(m.size_bytes for m in chosen)
             assert all(b <= policy.size_ratio * sum(sizes[:i + 1])
@@ -96,6 +98,8 @@ def test_a_chosen_compaction_fits_its_budget_and_merges_one_stack(
         assert chosen[0].deltas
         for s in overlap_stacks(metas):
             sizes = sorted(m.size_bytes for m in s)
+            if len(s) < policy.min_stack:  # left alone
+                continue
             if len(s) >= policy.max_stack:
                 assert sizes[0] + sizes[1] > budget, sizes
             else:
@@ -105,7 +109,7 @@ def test_a_chosen_compaction_fits_its_budget_and_merges_one_stack(
 
 def test_a_low_stack_merges_rowsets_of_similar_size_and_leaves_a_small_one_over_a_big_one(
         ) -> None:
-    policy = MaintenancePolicy(budget_bytes=10_000)
+    policy = MaintenancePolicy(budget_bytes=10_000, min_stack=2)
     big = _meta(1, 0, 100, size=1000)
     # An upsert's small rowset over the table's big one: rewriting the big one for it is
     # what the size tiers avoid.
@@ -121,7 +125,24 @@ def test_a_low_stack_merges_rowsets_of_similar_size_and_leaves_a_small_one_over_
     assert choose_compaction([_meta(5, 0, 100, size=1), big, *grown], policy) == (1, 2, 3)
     # A stack of max_stack or more is merged smallest first whatever the sizes.
     assert choose_compaction([big, _meta(2, 0, 100, size=10)],
-                             MaintenancePolicy(budget_bytes=10_000, max_stack=2)) == (1, 2)
+                             MaintenancePolicy(budget_bytes=10_000, min_stack=2,
+                                               max_stack=2)) == (1, 2)
+
+
+def test_by_default_an_ingests_few_overlapping_flushes_are_left_alone() -> None:
+    # The two or three rowsets an ingest flushes into a tablet, each over the whole key
+    # range: merging them costs as much as flushing did, for two or three bloom probes
+    # per lookup (the module docstring has the measurement).
+    policy = MaintenancePolicy()
+    flushes = [_meta(i, 0, 1000, size=700, rows=700) for i in (1, 2)]
+    assert choose_compaction(flushes, policy) == ()
+    assert choose_compaction([*flushes, _meta(3, 0, 1000, size=250, rows=250)], policy) == ()
+    # A fourth makes the stack worth merging; the similar sizes go together.
+    four = [*flushes, _meta(3, 0, 1000, size=250, rows=250), _meta(4, 3, 990, size=600)]
+    assert choose_compaction(four, policy) == (1, 2, 4)
+    # A rowset full of ended versions is still rewritten on its own.
+    dead = _meta(9, 2000, 3000, rows=100, dead=60)
+    assert choose_compaction([*flushes, dead], policy) == (9,)
 
 
 def test_a_policy_refuses_nonsense() -> None:
@@ -231,8 +252,8 @@ def test_an_idle_replica_is_flushed_and_history_older_than_the_age_is_dropped(
     lead.elect()
     root = roots["ts-a"]
     now = [1000.0]
-    manager = MaintenanceManager(MaintenancePolicy(flush_idle_s=30, history_max_age_s=600),
-                                 clock=lambda: now[0])
+    policy = MaintenancePolicy(flush_idle_s=30, history_max_age_s=600, min_stack=2)
+    manager = MaintenanceManager(policy, clock=lambda: now[0])
     manager.note(root)
     (first,) = lead.propose([_batch(range(100), "old")])
     lead.heartbeat()
@@ -339,7 +360,7 @@ def test_memory_pressure_flushes_the_largest_memrowsets_first(
 
 # -- writes first ----------------------------------------------------------------------------
 def test_a_replica_being_written_gets_only_tall_stacks_merged() -> None:
-    policy = MaintenancePolicy(busy_min_stack=4, delta_ratio=0.1)
+    policy = MaintenancePolicy(min_stack=2, busy_min_stack=4, delta_ratio=0.1)
     three = [_meta(i, 0, 100) for i in (1, 2, 3)]
     dead = [_meta(9, 500, 600, rows=100, dead=50)]
     assert choose_compaction(three, policy) == (1, 2, 3)
