@@ -23,7 +23,11 @@ waits up to ``yield_s`` for a moment with none in flight before each chunk).
 **Leaders first.** A write with insert, update or delete rows waits for its per-row
 results, i.e. for the apply on the leader's replica; nobody waits for a follower's. So a
 replica scheduled by a PERSIST (the leader's request) is applied before any scheduled by a
-STEP, whatever their order. (Holding the followers back on every server while a write
+STEP, whatever their order; and while a leader's request applies for a write waiting on its
+results (:meth:`BackgroundApplier.urgent`), this applier starts no chunk, however long it
+has yielded: its chunks would share the process's GIL with that apply (a chunk runs at a
+lower priority, and a thread holding the GIL while the kernel runs other processes stalls
+the apply). (Holding the followers back on every server while a write
 collects its results was tried too: on the shared 2-core test cluster the 10M-row inserts
 were no faster with it, and the held work landed in the next write.)
 
@@ -116,6 +120,7 @@ class BackgroundApplier:
         self._queue: OrderedDict[_Key, tuple[WalOptions | None, bool]] = OrderedDict()
         self._results: dict[_Key, OrderedDict[int, WriteResult]] = {}
         self._foreground = 0
+        self._urgent = 0
         self._running: _Key | None = None
         self._stopped = False
         self.stats = _Stats()
@@ -151,6 +156,20 @@ class BackgroundApplier:
         finally:
             with self._cv:
                 self._foreground -= 1
+                self._cv.notify_all()
+
+    @contextlib.contextmanager
+    def urgent(self) -> Iterator[None]:
+        """Around a leader's apply that a write waits for (its per-row results): no chunk
+        starts meanwhile (one running finishes), whatever ``yield_s`` says; such an apply
+        ends within ``leader_inline_s``. Module docstring, "Leaders first"."""
+        with self._cv:
+            self._urgent += 1
+        try:
+            yield
+        finally:
+            with self._cv:
+                self._urgent -= 1
                 self._cv.notify_all()
 
     # -- the work ------------------------------------------------------------------------
@@ -248,7 +267,7 @@ class BackgroundApplier:
                 end = time.monotonic() + self.yield_s
                 while self._foreground and not self._stopped:
                     left = end - time.monotonic()
-                    if left <= 0:
+                    if left <= 0 and not self._urgent:
                         break
-                    self._cv.wait(left)
+                    self._cv.wait(left if left > 0 else None)  # urgent: until it ends
             self.run_once()

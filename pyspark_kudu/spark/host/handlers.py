@@ -116,6 +116,7 @@ from pyspark_kudu.spark.host.replica_apply import (
     read_applied,
     replica_node,
     request_limit,
+    waited_for,
     write_applied,
 )
 from pyspark_kudu.spark.host.replica_cache import delete_replica, open_replica
@@ -485,7 +486,8 @@ def _persist_leader(
         storage.set_hard_state(HardState(hs.term, hs.vote, commit))
     new_hs, _ = storage.initial_state()
     limit = request_limit(leader=True, collecting=req.collecting)
-    applied_now = apply_committed(io, storage, applied, new_hs.commit, applier, host, limit)
+    with waited_for(leader=True, collecting=req.collecting):
+        applied_now = apply_committed(io, storage, applied, new_hs.commit, applier, host, limit)
     return _ok(req, host, last_index=storage.last_index(), applied=applied_now,
                results=applier.all_results())
 

@@ -28,6 +28,7 @@ import json
 import random
 import time
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -55,6 +56,7 @@ __all__ = [
     "replica_node",
     "request_limit",
     "use_background_apply",
+    "waited_for",
     "write_applied",
 ]
 
@@ -78,8 +80,18 @@ class BackgroundApply(Protocol):
 
     def take_results(self, root: str, tablet_id: str) -> list[WriteResult]: ...
 
+    def urgent(self) -> AbstractContextManager[None]: ...
+
 
 _background: BackgroundApply | None = None
+
+
+def waited_for(leader: bool, collecting: bool) -> AbstractContextManager[None]:
+    """Around a request's own apply: the leader's in a round collecting per-row results
+    (a write waits for it) holds this process's background applier back
+    (:meth:`~pyspark_kudu.spark.host.background_apply.BackgroundApplier.urgent`)."""
+    bg = _background
+    return bg.urgent() if bg is not None and leader and collecting else nullcontext()
 
 
 def use_background_apply(applier: BackgroundApply | None) -> BackgroundApply | None:

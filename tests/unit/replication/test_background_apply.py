@@ -15,6 +15,7 @@ import random
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -283,6 +284,31 @@ def test_the_applier_thread_finishes_a_backlog_while_requests_come_and_go(
         want = _rows(transport.roots["ts-a"])
         for ts in TS:
             assert _rows(transport.roots[ts]) == want, ts
+    finally:
+        bg.stop()
+        use_background_apply(previous)
+
+
+def test_no_chunk_starts_while_a_leader_applies_for_a_waiting_write(tmp_path: Path) -> None:
+    bg = BackgroundApplier(leader_inline_s=30.0, chunk_s=0.0, yield_s=0.05)
+    previous = use_background_apply(bg)
+    try:
+        transport, lead = _group(tmp_path)
+        before = {ts: _applied(transport, ts) for ts in TS}
+        with bg.foreground(), bg.urgent():
+            positions = lead.propose(_batches(4))
+            lead.heartbeat()  # every replica now has a backlog, left to the applier
+            last = positions[-1][0]
+            assert bg.pending(), "the requests left nothing to the applier"
+            # Well past yield_s, nothing was applied: the urgent apply is not shared.
+            end = time.monotonic() + 0.5
+            while time.monotonic() < end:
+                now = {ts: _applied(transport, ts) for ts in TS}
+                assert now == before, f"the applier ran a chunk meanwhile: {now}"
+                time.sleep(0.02)  # observing a window in which nothing may happen
+        # Once it is over the applier goes on.
+        wait_until(lambda: all(_applied(transport, ts) >= last for ts in TS), 30,
+                   "every replica applying the backlog after the urgent apply")
     finally:
         bg.stop()
         use_background_apply(previous)
