@@ -294,6 +294,9 @@ def test_no_chunk_starts_while_a_leader_applies_for_a_waiting_write(tmp_path: Pa
     previous = use_background_apply(bg)
     try:
         transport, lead = _group(tmp_path)
+        # The election's entry is applied in the background too: let that finish first (a
+        # chunk already running when an urgent apply starts is not stopped).
+        assert bg.wait_idle(60), f"still scheduled: {bg.pending()}"
         before = {ts: _applied(transport, ts) for ts in TS}
         with bg.foreground(), bg.urgent():
             positions = lead.propose(_batches(4))
