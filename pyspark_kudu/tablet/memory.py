@@ -19,16 +19,34 @@ Arrow's allocator and glibc's ``malloc`` keep freed pages for reuse otherwise, w
 process's RSS at its high-water mark.
 
 :func:`return_large_frees_to_os` (the resident tablet server calls it at start) fixes glibc's
-mmap threshold at :data:`MMAP_THRESHOLD_BYTES`: every allocation from that size up gets its
-own mapping, handed back to the OS when freed. By default glibc raises the threshold to the
-size of each large block freed (up to 32 MiB), after which such blocks -- decoded entries,
-numpy arrays of keys and hashes, flush and compaction buffers -- come from its per-thread
-arenas, whose 64 MiB heaps stay resident once filled and which ``malloc_trim`` cannot
-shrink past live data. Measured after a 10M-row composite-key insert (6 servers, RF=3):
-servers' RSS 629-880 and 570-973 MiB with the fixed threshold against 875-1,118 and
-1,072-1,203 MiB without (two runs each; the second with ``MALLOC_ARENA_MAX=2``), peak
-991-1,166 and 736-1,129 against 1,116-1,322 and 1,168-1,365 MiB; the several fully
-resident 62 MiB arena heaps per server seen in ``/proc/<pid>/smaps`` were gone.
+mmap threshold at :data:`MMAP_THRESHOLD_BYTES` (32 MiB): every allocation from that size up
+gets its own mapping, handed back to the OS when freed. By default glibc starts the threshold
+at 128 KiB and raises it to the size of each large block freed (up to 32 MiB), raising its
+heap trim threshold to twice that with it; then freed blocks stay in its per-thread arenas,
+whose 64 MiB heaps stay resident once filled. Fixing the threshold keeps the trim threshold at
+its 128 KiB, so arenas give freed space at their top back at once, and ``malloc_trim``
+(:func:`release_unused_memory`) the rest after a flush or a compaction.
+
+Why 32 MiB and not lower: until 2026-11-30 the threshold was 1 MiB, so that every large block
+(decoded entries, numpy arrays of keys and hashes, flush buffers) was its own mapping. Each
+such block is then mapped, its pages faulted in and zeroed by the kernel, and unmapped again,
+on every use: in a 10M-row composite-key upsert or insert (6 servers, RF=3) the servers
+took 5.2M page faults per write, and the kernel's share of their CPU (``stime``) was 20
+of 46 CPU-s; a profile of the servers (``perf``) had 23% of their samples in page faults
+(16% zeroing pages) even at 32 MiB. At 32 MiB: 1.8M faults and 12.7 CPU-s of kernel time per
+write, the servers' CPU for each write until applied everywhere 46 -> 36 CPU-s (upsert) and
+44 -> 37 (insert); their peak RSS 589-728 MiB against 570-685 (upsert) and 645-838 against
+639-742 (insert), the same within noise. Leaving the trim threshold to grow as well (1 GiB)
+saved 2 more CPU-s and raised the peak RSS by ~15%, so it stays at glibc's 128 KiB.
+In one replica's apply of 10M composite-key rows in one process: 16.1 s and 0.25M faults
+with glibc's defaults, 22.5 s and 2.95M faults with the 1 MiB threshold.
+
+Before that (the 1 MiB threshold against glibc's defaults), measured after a 10M-row
+composite-key insert: servers' RSS 629-880 and 570-973 MiB with the fixed threshold against
+875-1,118 and 1,072-1,203 MiB without (two runs each; the second with
+``MALLOC_ARENA_MAX=2``), peak 991-1,166 and 736-1,129 against 1,116-1,322 and 1,168-1,365
+MiB; the several fully resident 62 MiB arena heaps per server seen in
+``/proc/<pid>/smaps`` were gone.
 
 Thread-safety: :class:`KeyIndexBudget` is thread-safe (one internal lock, never held while
 taking a tablet's lock).
@@ -170,7 +188,7 @@ KEY_INDEXES = KeyIndexBudget()
 """The process's key index budget (the host layer sets it from its memory budget)."""
 
 #: Allocations from this size up get a mapping of their own (module docstring).
-MMAP_THRESHOLD_BYTES = 1 << 20
+MMAP_THRESHOLD_BYTES = 32 << 20
 _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 _libc: Any = None
 
