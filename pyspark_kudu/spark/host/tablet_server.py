@@ -522,7 +522,9 @@ def start_resident(env: Mapping[str, str] = os.environ) -> str | None:
     the executor, host, data root and credential) and publishes its address next to it; the
     executor's other daemon finds the lock held and exports that address instead of
     starting a second server. A server that dies releases the lock (the kernel drops it with the
-    process); the lock file itself (empty) stays in the temporary directory.
+    process); a server told to stop removes its lock file, and the files of servers that died
+    are swept by the next daemon that takes a lock
+    (:func:`~pyspark_kudu.spark.host.server_lock.sweep`).
     """
     from pyspark_kudu.rpc.auth import secret_from_env
 
