@@ -1,5 +1,5 @@
 """Freed large blocks go back to the OS in a tablet server (pyspark_kudu.tablet.memory:
-``return_large_frees_to_os``), instead of filling glibc's per-thread arenas."""
+``return_large_frees_to_os``), instead of staying resident in glibc's heaps."""
 
 from __future__ import annotations
 
@@ -31,14 +31,16 @@ PROBE = textwrap.dedent("""
     set_it = sys.argv[1] == "set"
     if set_it and not return_large_frees_to_os():
         raise SystemExit("return_large_frees_to_os() did not set the threshold")
-    # Freeing a mapped 8 MiB block: glibc's default then raises its threshold to 8 MiB.
-    libc.free(libc.malloc(8 << 20))
-    before = libc.mallinfo2().hblkhd  # bytes in blocks with a mapping of their own
-    block = libc.malloc(2 << 20)
-    mapped = libc.mallinfo2().hblkhd - before >= 2 << 20
+    # Freeing a mapped 30 MiB block: glibc's default then raises its mmap threshold to
+    # 30 MiB and its heap trim threshold to twice that.
+    libc.free(libc.malloc(30 << 20))
+    mapped_before = libc.mallinfo2().hblkhd  # bytes in blocks with a mapping of their own
+    block = libc.malloc(20 << 20)  # more than the heap has free: from its top
+    ctypes.memset(block, 1, 20 << 20)
+    mapped = libc.mallinfo2().hblkhd - mapped_before >= 20 << 20
     libc.free(block)
-    released = libc.mallinfo2().hblkhd == before
-    print("mapped" if mapped and released else "arena")
+    kept = libc.mallinfo2().keepcost  # the free space at the heap's top, not given back
+    print("mapped" if mapped else "kept" if kept >= 20 << 20 else "released")
 """)
 
 
@@ -52,13 +54,15 @@ def _probe(mode: str) -> str:
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc",
                     reason="the mmap threshold is glibc's; other C libraries are left alone")
-def test_a_large_block_freed_after_a_larger_one_gets_its_own_mapping_and_goes_back() -> None:
-    assert 2 << 20 > MMAP_THRESHOLD_BYTES
-    # glibc's default: after a larger mapped block was freed, a 2 MiB block comes from the
-    # heap, which keeps it resident once freed (what filled the servers' arenas).
-    assert _probe("default") == "arena"
-    # As the tablet server sets it: mapped, and unmapped again when freed.
-    assert _probe("set") == "mapped"
+def test_a_large_block_freed_at_the_top_of_the_heap_goes_back_at_once() -> None:
+    assert 30 << 20 < MMAP_THRESHOLD_BYTES  # taken from the heap either way
+    # glibc's default: after a larger mapped block was freed, its trim threshold is 60 MiB,
+    # so a 20 MiB block freed at the top of the heap stays resident.
+    assert _probe("default") == "kept"
+    # As the tablet server sets it: the trim threshold stays at 128 KiB, so the heap gives
+    # the block back when it is freed (blocks from MMAP_THRESHOLD_BYTES up are mappings of
+    # their own, as with the default).
+    assert _probe("set") == "released"
 
 
 def test_an_explicit_malloc_setting_in_the_environment_is_left_to_glibc() -> None:
