@@ -163,6 +163,28 @@ def test_reads_see_the_writes_this_session_committed_and_agree_with_read_table(
     assert rows(ctx.read_table(table)) == rows(load(spark, table))
 
 
+def test_a_write_is_announced_when_planned_so_the_settle_round_waits_for_its_commit(
+    spark: SparkSession, ctx: KuduContext, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The planner's ``describe`` announces the write (the write service then holds its
+    settle round until the commit, ``ReplicationService.expect_write``); the commit ends
+    the announcement; a read announces nothing."""
+    table = new_table(ctx)
+    calls: list[str] = []
+    service = ctx._service
+    ended = service.expected_write_ended
+    monkeypatch.setattr(service, "expect_write", lambda: calls.append("expect"))
+    monkeypatch.setattr(service, "expected_write_ended",
+                        lambda: (calls.append("ended"), ended())[1])
+    save(spark.createDataFrame([(1, "a")], STRUCT), table)
+    assert calls and calls[0] == "expect" and calls[-1] == "ended", calls
+    calls.clear()
+    assert rows(load(spark, table)) == [(1, "a")]
+    assert calls == []
+    ctx.upsert_rows(spark.createDataFrame([(2, "b")], STRUCT), table)
+    assert calls == ["expect", "ended"]
+
+
 def test_each_task_of_a_read_is_handed_one_tablet_and_every_tablet_is_read_once(
     spark: SparkSession, kudu: tuple[KuduContext, SessionService],
 ) -> None:

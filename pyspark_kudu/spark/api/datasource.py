@@ -158,10 +158,11 @@ class KuduDataSource(DataSource):
                 "pyspark_kudu.spark.api.session_service.register(kudu)")
         return SessionClient(address)
 
-    def _describe(self, table: str, master: str | None) -> tuple[SessionClient, TableInfo]:
+    def _describe(self, table: str, master: str | None, *, write: bool = False
+                  ) -> tuple[SessionClient, TableInfo]:
         client = self._client()
         check_master(master, client.address.masters)
-        return client, client.describe(table)
+        return client, client.describe(table, write=write)
 
     def schema(self) -> StructType:
         opts = parse_read_options(self.options)
@@ -204,7 +205,7 @@ class KuduDataSource(DataSource):
 
     def _write_plan(self, schema: StructType, opts: WriteOptions) -> _WritePlan:
         """What every writer task needs, once the DataFrame's columns fit the table."""
-        client, info = self._describe(opts.table, opts.master)
+        client, info = self._describe(opts.table, opts.master, write=True)
         check_write_columns(schema.names, info.schema, opts.table, opts.handle_schema_drift,
                             struct=schema)
         warn_repartition(opts)

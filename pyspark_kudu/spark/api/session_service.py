@@ -131,6 +131,10 @@ class SessionBackend(Protocol):
 
     def describe(self, table: str) -> TableInfo: ...
 
+    def expect_write(self) -> None: ...
+
+    def expected_write_ended(self) -> None: ...
+
     def server_addresses(self) -> dict[str, str]: ...
 
     def commit_staged(self, table: str, staged: Sequence[Staged],
@@ -265,6 +269,8 @@ class SessionService:
         """Run one call (also usable in-process, e.g. by tests)."""
         match method:
             case "describe":
+                if body.get("write"):  # a write's plan: its commit (or abort) follows
+                    self._kudu.expect_write()
                 return self.describe(str(body["table"])).to_dict()
             case "server_addresses":
                 return self._kudu.server_addresses()
@@ -272,6 +278,7 @@ class SessionService:
                 return asdict(self.commit(str(body["table"]), _refs(body), _bad(body),
                                           _ids(body)))
             case "abort":
+                self._kudu.expected_write_ended()
                 self.abort(_ids(body))
                 return None
             case "commit_stream":
@@ -310,6 +317,7 @@ class SessionService:
         try:
             return self._kudu.commit_staged(table, refs, bad_rows)
         finally:
+            self._kudu.expected_write_ended()  # e.g. no rows: nothing was submitted
             self._discard(refs, write_ids)
 
     def _discard(self, refs: Sequence[Staged], write_ids: Sequence[str]) -> None:
@@ -332,6 +340,7 @@ class SessionService:
                 _log.info("stream %s of table %s: batch %d already committed (last %d); "
                           "acknowledging the replay without writing", stream_id, table,
                           batch_id, last)
+                self._kudu.expected_write_ended()
                 self._discard(refs, write_ids)
                 return None
             try:

@@ -243,6 +243,17 @@ class WritePath(RideThrough):
         if small_write_bytes < 0:
             raise InvalidArgumentError(
                 f"small_write_bytes must be >= 0, got {small_write_bytes}")
+        self.expect_write()  # reading or staging the rows may take a while
+        try:
+            return self._write(df, table, op, progress, batch_rows, repartition,
+                               repartition_sort, small_write_bytes)
+        finally:
+            self.expected_write_ended()  # submitted by now, or failed
+
+    def _write(self, df: DataFrame, table: str, op: OpType,
+               progress: Callable[[WriteProgress], None] | None, batch_rows: int,
+               repartition: bool, repartition_sort: bool, small_write_bytes: int
+               ) -> WriteSummary:
         locs = self.master.get_table(table)
         schema = locs.table.schema
         check_write_columns(df.columns, schema, table, struct=df.schema)
@@ -272,6 +283,16 @@ class WritePath(RideThrough):
         finally:
             if any(isinstance(r, StagedRef) for r in refs):
                 self.discard_staged(write_id)  # an all-inline write staged no file
+
+    def expect_write(self) -> None:
+        """A write of this client is being prepared (:meth:`write`, or a ``format("kudu")``
+        write being planned): the settle round waits for it
+        (:meth:`~pyspark_kudu.spark.replication.write_service.ReplicationService.expect_write`)."""
+        self._service.expect_write()
+
+    def expected_write_ended(self) -> None:
+        """The write announced by :meth:`expect_write` was submitted or will not be."""
+        self._service.expected_write_ended()
 
     def _encode_local(self, df: DataFrame, table: str, schema: Schema,
                       partitioner: Partitioner, op: OpType, write_id: str, batch_rows: int,

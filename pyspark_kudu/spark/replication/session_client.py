@@ -265,8 +265,14 @@ class SessionClient:
             return reply.get("result")
         raise decode_error(reply.get("error") or {})
 
-    def describe(self, table: str) -> TableInfo:
-        return TableInfo.from_dict(self.call("describe", {"table": table}))
+    def describe(self, table: str, *, write: bool = False) -> TableInfo:
+        """What planning a read or, with ``write``, a write of ``table`` needs. ``write``
+        announces the write (its commit or abort follows): the service's settle round
+        waits for it (``ReplicationService.expect_write``)."""
+        body: dict[str, Any] = {"table": table}
+        if write:
+            body["write"] = True
+        return TableInfo.from_dict(self.call("describe", body))
 
     def server_addresses(self) -> dict[str, str]:
         """The tablet servers' current addresses (executors replaced since a scan was
