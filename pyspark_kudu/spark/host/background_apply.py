@@ -18,7 +18,11 @@ applied up to a second's worth of entries inline, a MemRowSet flush included, ea
 The applier's thread applies each scheduled replica's backlog in chunks of about
 ``chunk_s``, taking the replica's lock for one chunk at a time, so rounds, scans and
 maintenance get the replica between chunks; it lets the server's requests run first (it
-waits up to ``yield_s`` for a moment with none in flight before each chunk).
+waits up to ``yield_s`` for a moment with none in flight before each chunk). A chunk that
+started with no request in flight also ends early, after the entry it is applying, when one
+arrives: a round then waits for the replica's lock for one entry, not up to ``chunk_s``.
+(A chunk that started after ``yield_s`` with requests still in flight runs its whole
+``chunk_s``: under a steady stream of requests the backlog still shrinks.)
 
 **Leaders first.** A write with insert, update or delete rows waits for its per-row
 results, i.e. for the apply on the leader's replica; nobody waits for a follower's. So a
@@ -97,6 +101,7 @@ def lower_thread_priority(nice: int) -> int:
 @dataclass
 class _Stats:
     chunks: int = 0
+    yielded: int = 0  # chunks that ended early for a request (module docstring)
     entries: int = 0
     seconds: float = 0.0
     results_dropped: int = 0
@@ -198,12 +203,15 @@ class BackgroundApplier:
                 return False
             options, leader = self._queue.pop(key)
             self._running = key
+            preemptible = not self._foreground  # module docstring
         from pyspark_kudu.spark.host.handlers import apply_backlog
 
         started = time.monotonic()
         more = False
         try:
-            more, results, entries = apply_backlog(key[0], key[1], options, self.chunk_s)
+            more, results, entries = apply_backlog(
+                key[0], key[1], options, self.chunk_s,
+                self._request_waiting if preemptible else None)
         except (KuduError, OSError) as e:  # the next request meets the same and reports it
             _log.warning("background apply of tablet %s under %s failed: %s", key[1],
                          key[0], e)
@@ -213,6 +221,8 @@ class BackgroundApplier:
         with self._cv:
             self._running = None
             self.stats.chunks += 1
+            if more and preemptible and self._foreground:
+                self.stats.yielded += 1
             self.stats.entries += entries
             self.stats.seconds += time.monotonic() - started
             if results:
@@ -229,6 +239,11 @@ class BackgroundApplier:
             release_unused_memory()
         return True
 
+    def _request_waiting(self) -> bool:
+        """Whether a request is in flight (read without the lock: one int, and a stale
+        answer only ends a chunk one entry later or sooner)."""
+        return self._foreground > 0
+
     def wait_idle(self, timeout_s: float) -> bool:
         """Until nothing is scheduled or being applied (True), or ``timeout_s`` passed."""
         end = time.monotonic() + timeout_s
@@ -244,7 +259,7 @@ class BackgroundApplier:
         """Counters for the server's ``ping``."""
         with self._cv:
             s = self.stats
-            return {"chunks": s.chunks, "entries": s.entries,
+            return {"chunks": s.chunks, "yielded": s.yielded, "entries": s.entries,
                     "seconds": round(s.seconds, 3), "results_dropped": s.results_dropped,
                     "failures": s.failures,
                     "scheduled": len(self._queue) + (self._running is not None)}

@@ -83,7 +83,7 @@ from __future__ import annotations
 import enum
 import errno
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
@@ -502,13 +502,15 @@ def _not_yet_present(storage: WalStorage, entries: Sequence[Entry]) -> list[Entr
     return []
 
 
-def apply_backlog(root: str, tablet_id: str, options: WalOptions | None, budget_s: float
+def apply_backlog(root: str, tablet_id: str, options: WalOptions | None, budget_s: float,
+                  yield_to: Callable[[], bool] | None = None
                   ) -> tuple[bool, list[WriteResult], int]:
     """(The background applier.) Apply the replica's committed, unapplied entries for about
     ``budget_s`` (at least one entry, and a configuration entry with everything before it),
-    holding its lock meanwhile. Returns whether some remain, the per-row results, and how
-    many entries were applied. A replica that is gone, failed or being copied into is left
-    alone; one whose files turn out corrupt or whose disk fails is marked failed."""
+    or until ``yield_to`` says a request is waiting, holding its lock meanwhile. Returns
+    whether some remain, the per-row results, and how many entries were applied. A replica
+    that is gone, failed or being copied into is left alone; one whose files turn out
+    corrupt or whose disk fails is marked failed."""
     io = tablet_dir(root, tablet_id)
     if not io.exists(META_FILE) or io.exists(FAILED_FILE) or io.exists(COPYING_FILE):
         return False, [], 0
@@ -529,7 +531,8 @@ def apply_backlog(root: str, tablet_id: str, options: WalOptions | None, budget_
             handle.will_mutate()
             sink = TabletSink(root, tablet_id, io, handle, applied)
             span = apply_committed(io, storage, applied, commit, sink, "",
-                                    ApplyLimit(deadline=time.monotonic() + budget_s))
+                                    ApplyLimit(deadline=time.monotonic() + budget_s,
+                                               yield_to=yield_to))
             now = span[-1] if span else applied
             return now < commit, sink.results, now - applied
     except NotFoundError:  # deleted meanwhile

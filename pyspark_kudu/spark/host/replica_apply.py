@@ -27,7 +27,7 @@ import contextlib
 import json
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Protocol
@@ -185,12 +185,23 @@ class ApplyLimit:
     defer: bool = False
     deadline: float | None = None
     defer_flush: bool = False
+    #: (With ``deadline``.) Stop sooner, after the entry being applied, once this says a
+    #: request is waiting (the background applier's chunks, so that a round arriving
+    #: mid-chunk waits for the replica's lock for one entry, not the whole chunk).
+    yield_to: Callable[[], bool] | None = None
     stopped: bool = False
     held_from: int = 0  # first held entry's index (0: none held)
     held_to: int = 0  # last held entry's index
 
     def holding(self) -> bool:
         return self.defer or self.stopped
+
+    def spent(self) -> bool:
+        """(With ``deadline``.) Whether to stop applying: the deadline passed or a request
+        is waiting (``yield_to``)."""
+        assert self.deadline is not None
+        return time.monotonic() >= self.deadline or (
+            self.yield_to is not None and self.yield_to())
 
     def hold(self, entries: Sequence[Entry]) -> None:
         """Leave ``entries`` (committed, in the log, following any held before) unapplied."""
@@ -277,14 +288,13 @@ def drain(
                 committed = limit.take_held(storage, committed)
                 applier.apply(committed)
             elif limit is not None and limit.deadline is not None:
-                done = 0
-                while done < len(committed):
+                done, spent = 0, False
+                while done < len(committed) and not spent:
                     applier.apply(committed[done:done + 1], defer_flush=limit.defer_flush)
                     done += 1
-                    if time.monotonic() >= limit.deadline:
-                        break
+                    spent = limit.spent()
                 rest = committed[done:]
-                limit.stopped = time.monotonic() >= limit.deadline
+                limit.stopped = spent or limit.spent()
                 if any(e.type != EntryType.NORMAL for e in rest):
                     applier.apply(rest)  # a configuration entry: everything up to it
                 elif rest:

@@ -10,6 +10,7 @@ are 0 s: a request or chunk then applies exactly one entry (it always applies at
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import subprocess
@@ -22,8 +23,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from pyspark_kudu.consensus.messages import Entry
 from pyspark_kudu.errors import RoundFailedError
-from pyspark_kudu.spark.host import handlers, tserver_client
+from pyspark_kudu.spark.host import handlers, replica_apply, tserver_client
 from pyspark_kudu.spark.host.background_apply import BackgroundApplier, lower_thread_priority
 from pyspark_kudu.spark.host.handlers import (
     PeerRequest,
@@ -141,6 +143,64 @@ def test_the_applier_applies_one_chunk_at_a_time_and_requeues_the_rest(
         assert _applied(transport, ts) >= last, ts
 
 
+def _backlog_of_five(tmp_path: Path, bg: BackgroundApplier) -> None:
+    """Five committed writes every replica has yet to apply (the election's entry applied)."""
+    _, lead = _group(tmp_path)
+    _drain(bg)
+    lead.propose(_batches(5))
+    lead.heartbeat()
+    assert bg.pending(), "nothing was left to the applier"
+
+
+def test_a_chunk_ends_after_the_entry_it_is_applying_when_a_request_arrives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    bg = BackgroundApplier(leader_inline_s=0.0, chunk_s=60.0, start=False)
+    previous = use_background_apply(bg)
+    try:
+        _backlog_of_five(tmp_path, bg)
+        arrived = contextlib.ExitStack()
+        came: list[bool] = []
+        original = replica_apply.TabletSink.apply
+
+        def apply_while_a_request_arrives(self: replica_apply.TabletSink,
+                                          entries: Sequence[Entry], **kw: bool) -> None:
+            if not came:
+                came.append(True)
+                arrived.enter_context(bg.foreground())  # a round's request comes in
+            original(self, entries, **kw)
+
+        monkeypatch.setattr(replica_apply.TabletSink, "apply", apply_while_a_request_arrives)
+        before = bg.report()
+        with arrived:
+            assert bg.run_once()
+        after = bg.report()
+        assert after["entries"] - before["entries"] == 1, "the chunk did not stop for it"
+        assert after["yielded"] - before["yielded"] == 1
+        monkeypatch.undo()
+        _drain(bg)  # the rest is applied later
+        assert bg.pending() == []
+    finally:
+        use_background_apply(previous)
+
+
+def test_a_chunk_started_while_requests_were_in_flight_runs_its_whole_budget(
+    tmp_path: Path,
+) -> None:
+    bg = BackgroundApplier(leader_inline_s=0.0, chunk_s=60.0, start=False)
+    previous = use_background_apply(bg)
+    try:
+        _backlog_of_five(tmp_path, bg)
+        before = bg.report()
+        with bg.foreground():  # e.g. the thread's loop gave up waiting after yield_s
+            assert bg.run_once()
+        after = bg.report()
+        assert after["entries"] - before["entries"] >= 5, "the chunk stopped early"
+        assert after["yielded"] == before["yielded"]
+    finally:
+        use_background_apply(previous)
+
+
 def _read_state(ts: str) -> PeerRequest:
     return PeerRequest(RequestKind.READ_STATE, "t", ts)
 
@@ -231,8 +291,8 @@ def test_the_leaders_replicas_go_before_the_followers(
     bg = BackgroundApplier(start=False)
     order: list[str] = []
 
-    def fake_apply(root: str, tablet_id: str, options: object, budget_s: float
-                   ) -> tuple[bool, list[object], int]:
+    def fake_apply(root: str, tablet_id: str, options: object, budget_s: float,
+                   yield_to: object = None) -> tuple[bool, list[object], int]:
         order.append(tablet_id)
         return tablet_id == "l1" and order.count("l1") < 2, [], 1  # l1: two chunks
 
