@@ -12,6 +12,12 @@ write returned is over. Reported per size (1 and 10,000 rows): the p50, p90 and 
 writes, how many of them met a settle round (it ran while the write was in flight), and the
 MERGE p50.
 
+Before that, right after the table's first upsert of all its rows (the servers then apply its
+backlog in the background for several seconds), 15 1-row ``KuduContext.upsert_rows`` writes
+0.3 s apart, and the same once the servers are quiet: how long a small write waits behind
+that background work (each server's applier takes a replica's lock for a chunk of entries at
+a time, and since bcc7b23 ends a chunk early when a request arrives).
+
 Run: ``.venv/bin/python benchmarks/paced_writes.py [--table-rows 10000000] [--writes 18]``.
 Saves ``results/paced_writes_<commit>.{json,png}`` (commit id and date inside).
 """
@@ -81,6 +87,22 @@ def _paced(spark: Any, kudu: KuduContext, delta: Path, n: int, size: int, writes
     return out
 
 
+def _one_row_writes(spark: Any, kudu: KuduContext, n: int, what: str) -> dict[str, Any]:
+    schema = keyed_schema(five_columns(spark, 1, 1))
+    times: list[float] = []
+    for i in range(15):
+        df = spark.createDataFrame(upsert_rows((i * 7919) % n, 1, 100 + i), schema)
+        t0 = time.perf_counter()
+        kudu.upsert_rows(df, TABLE)
+        times.append(time.perf_counter() - t0)
+        time.sleep(0.3)  # the user's pause (a benchmark, not a test)
+    out: dict[str, Any] = {"write_s": times, "p50_s": statistics.median(times),
+                           "max_s": max(times)}
+    print(f"1-row upsert_rows, {what}: p50 {out['p50_s']:.3f} s, max {out['max_s']:.3f} s",
+          flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=6)
@@ -102,12 +124,18 @@ def main(argv: list[str] | None = None) -> int:
             df = five_columns(spark, n, args.workers)
             kudu.create_table(TABLE, keyed_schema(df), keys=["id"], replicas=3,
                               partitioning=PartitionSchema((HashDimension(("id",), 6),)))
+            schema = keyed_schema(df)
+            for i in range(3):  # leaders elected, Python workers started
+                kudu.upsert_rows(spark.createDataFrame(upsert_rows(i, 1, i), schema), TABLE)
             kudu.upsert_rows(df, TABLE)
+            r["after_ingest"] = _one_row_writes(spark, kudu, n, "servers applying the ingest")
+            pids = server_pids(kudu)
+            wait_quiet(lambda: process_cpu_s(pids))  # the ingest's deferred work done
+            r["quiet"] = _one_row_writes(spark, kudu, n, "servers quiet")
             parquet = base / "table.parquet"
             df.write.parquet(str(parquet))
             delta = delta_copy(parquet, base / "delta")
-            pids = server_pids(kudu)
-            wait_quiet(lambda: process_cpu_s(pids))  # the ingest's deferred work done
+            wait_quiet(lambda: process_cpu_s(pids))
             for size in SIZES:
                 r[str(size)] = _paced(spark, kudu, delta, n, size, args.writes)
             got = kudu.read_table(TABLE).count()
@@ -122,8 +150,15 @@ def main(argv: list[str] | None = None) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(SIZES), figsize=(12, 4))
-    for ax, size in zip(axes, SIZES, strict=True):
+    fig, axes = plt.subplots(1, len(SIZES) + 1, figsize=(17, 4))
+    ax = axes[-1]
+    for key in ("after_ingest", "quiet"):
+        ax.plot(r[key]["write_s"], "o-", label=f"{key}: p50 {r[key]['p50_s']:.2f} s")
+    ax.set_xlabel("1-row upsert_rows, 0.3 s apart")
+    ax.set_ylabel("s")
+    ax.set_title("right after the first upsert of all rows / servers quiet")
+    ax.legend()
+    for ax, size in zip(axes[:-1], SIZES, strict=True):
         s = r[str(size)]
         colors = ["tab:red" if m else "tab:blue" for m in s["settle_rounds_met"]]
         ax.bar(range(len(s["write_s"])), s["write_s"], color=colors)

@@ -151,10 +151,11 @@ class ReplicationService:
         settle round running when it was submitted and waited for it: a ``format("kudu")``
         write stages its rows in a Spark job first (0.3 s for 10,000 rows on the 6-worker
         cluster), so writes about ``settle_delay_s`` apart (a loop writing and doing
-        something else for ~1.5 s, a 2 s streaming trigger) met a settle round on many
-        tries, 0.2-1.1 s each (measured). Any submitted write ends every announced one's
-        hold: with writes from several threads the settle round may come sooner, never
-        later than without announcements plus the hold."""
+        something else for ~1.5 s, a 2 s streaming trigger) met a settle round on half
+        their tries (``benchmarks/paced_writes.py``: 9-11 of 18 writes 1.4-2.2 s apart;
+        2-5 with this). Any submitted write ends every announced one's hold: with writes
+        from several threads the settle round may come sooner than the last announced
+        write, never later than ``write_hold_s`` after it."""
         with self._cv:
             self._hold_until = time.monotonic() + self.write_hold_s
 
