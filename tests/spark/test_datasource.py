@@ -13,6 +13,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -168,21 +169,24 @@ def test_a_write_is_announced_when_planned_so_the_settle_round_waits_for_its_com
 ) -> None:
     """The planner's ``describe`` announces the write (the write service then holds its
     settle round until the commit, ``ReplicationService.expect_write``); the commit ends
-    the announcement; a read announces nothing."""
+    the announcement; a read announces nothing. A ``KuduContext`` write announces itself
+    with the thread that submits it (rounds then wait for it too)."""
     table = new_table(ctx)
-    calls: list[str] = []
+    calls: list[tuple[str, int | None]] = []
     service = ctx._service
     ended = service.expected_write_ended
-    monkeypatch.setattr(service, "expect_write", lambda: calls.append("expect"))
+    monkeypatch.setattr(service, "expect_write",
+                        lambda writer=None: calls.append(("expect", writer)))
     monkeypatch.setattr(service, "expected_write_ended",
-                        lambda: (calls.append("ended"), ended())[1])
+                        lambda writer=None: (calls.append(("ended", writer)), ended(writer))[1])
     save(spark.createDataFrame([(1, "a")], STRUCT), table)
-    assert calls and calls[0] == "expect" and calls[-1] == "ended", calls
+    assert calls and calls[0] == ("expect", None) and calls[-1][0] == "ended", calls
     calls.clear()
     assert rows(load(spark, table)) == [(1, "a")]
     assert calls == []
     ctx.upsert_rows(spark.createDataFrame([(2, "b")], STRUCT), table)
-    assert calls == ["expect", "ended"]
+    me = threading.get_ident()
+    assert calls == [("expect", me), ("ended", me)]
 
 
 def test_each_task_of_a_read_is_handed_one_tablet_and_every_tablet_is_read_once(

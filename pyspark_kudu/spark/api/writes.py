@@ -243,12 +243,14 @@ class WritePath(RideThrough):
         if small_write_bytes < 0:
             raise InvalidArgumentError(
                 f"small_write_bytes must be >= 0, got {small_write_bytes}")
-        self.expect_write()  # reading or staging the rows may take a while
+        # Reading or staging the rows may take a while; this thread submits the batches.
+        writer = threading.get_ident()
+        self._service.expect_write(writer)
         try:
             return self._write(df, table, op, progress, batch_rows, repartition,
                                repartition_sort, small_write_bytes)
         finally:
-            self.expected_write_ended()  # submitted by now, or failed
+            self._service.expected_write_ended(writer)  # submitted by now, or failed
 
     def _write(self, df: DataFrame, table: str, op: OpType,
                progress: Callable[[WriteProgress], None] | None, batch_rows: int,
@@ -285,9 +287,10 @@ class WritePath(RideThrough):
                 self.discard_staged(write_id)  # an all-inline write staged no file
 
     def expect_write(self) -> None:
-        """A write of this client is being prepared (:meth:`write`, or a ``format("kudu")``
-        write being planned): the settle round waits for it
-        (:meth:`~pyspark_kudu.spark.replication.write_service.ReplicationService.expect_write`)."""
+        """A ``format("kudu")`` write of this client is being planned: the settle round
+        waits for it
+        (:meth:`~pyspark_kudu.spark.replication.write_service.ReplicationService.expect_write`;
+        :meth:`write` announces its own, with the thread that will submit it)."""
         self._service.expect_write()
 
     def expected_write_ended(self) -> None:

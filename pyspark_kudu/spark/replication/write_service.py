@@ -24,6 +24,14 @@ GIL: 16 writers came back over 0.2-0.3 s, 15-20 ms apart. A lone writer never wa
 writer was expected and it is there), and after a round that found fewer writers the
 expectation drops to what came.
 
+The writers of the *first* round are not known from a previous one: 16 writers starting
+together ran a round of the first write alone and the other 15 in the next. A writer that
+announced its write (:meth:`ReplicationService.expect_write` with ``writer``: a
+``KuduContext`` write does, from the thread that will submit it) less than ``linger_s``
+ago and has not submitted it yet is expected too, by any round. Older announcements are not
+waited for (a large write's staging job takes seconds; a small write beside it waits at
+most ``linger_idle_s``, once, for a writer announced less than ``linger_s`` earlier).
+
 A write's future resolves to its batches' ``(index, term)`` once committed on a majority, or
 to the error that stopped its tablet (the other tablets of the round are unaffected).
 Before futures resolve, each leader releases the entries of the finished writes from its
@@ -113,6 +121,7 @@ class ReplicationService:
         self.write_hold_s = DEFAULT_WRITE_HOLD_S
         self._settle_at = 0.0  # monotonic time of the next settle round (if unsettled)
         self._hold_until = 0.0  # an announced write holds the settle round until then
+        self._preparing: dict[int, float] = {}  # writer -> when it announced (not submitted)
         self.linger_s = linger_s
         self.linger_idle_s = linger_idle_s
         self._expected = 0  # writers the next round waits for (module docstring)
@@ -138,14 +147,18 @@ class ReplicationService:
                 raise IllegalStateError("the replication service is closed")
             self._queue.append(w)
             self._hold_until = 0.0  # the announced write (if this is it) has come
+            self._preparing.pop(w.writer, None)
             self._cv.notify()
         return w.future
 
-    def expect_write(self) -> None:
+    def expect_write(self, writer: int | None = None) -> None:
         """A write is being prepared (planned; its rows read, encoded or staged by a Spark
         job) and will be submitted soon: the settle round waits for it, since its round
         carries the commit index anyway, until a write is submitted or
-        :meth:`expected_write_ended`, at most :attr:`write_hold_s`.
+        :meth:`expected_write_ended`, at most :attr:`write_hold_s`. ``writer``: the ident
+        of the thread that will :meth:`submit` it, if known; rounds starting less than
+        ``linger_s`` after the announcement then wait for it like for a writer of the last
+        round (module docstring, "Lingering").
 
         Without it, a write whose preparation spanned the end of the settle delay found the
         settle round running when it was submitted and waited for it: a ``format("kudu")``
@@ -157,13 +170,23 @@ class ReplicationService:
         from several threads the settle round may come sooner than the last announced
         write, never later than ``write_hold_s`` after it."""
         with self._cv:
-            self._hold_until = time.monotonic() + self.write_hold_s
+            now = time.monotonic()
+            self._hold_until = now + self.write_hold_s
+            if writer is not None:
+                self._preparing[writer] = now
+                if len(self._preparing) > 1:  # forget writers that never came (bounded)
+                    for w, at in list(self._preparing.items()):
+                        if now - at > self.write_hold_s:
+                            del self._preparing[w]
 
-    def expected_write_ended(self) -> None:
-        """The write announced by :meth:`expect_write` will not be submitted (it failed, or
-        had no rows): the settle round no longer waits for it."""
+    def expected_write_ended(self, writer: int | None = None) -> None:
+        """The write announced by :meth:`expect_write` (by ``writer``, if given there) was
+        submitted or will not be (it failed, or had no rows): the settle round no longer
+        waits for it, nor does a round."""
         with self._cv:
             self._hold_until = 0.0
+            if writer is not None:
+                self._preparing.pop(writer, None)
             self._cv.notify()
 
     def call(self, fn: Callable[[], Any]) -> Future[Any]:
@@ -248,22 +271,31 @@ class ReplicationService:
                 return
             self._cv.wait(left)
 
+    def _awaited(self) -> tuple[int, int]:
+        """With the lock held: how many writers have queued, and how many the next round
+        waits for: as many as the last round had with those queued behind it, or the
+        queued ones and those that announced a write less than ``linger_s`` ago, whichever
+        is more (module docstring)."""
+        queued = {w.writer for w in self._queue}
+        now = time.monotonic()
+        fresh = {w for w, at in self._preparing.items() if now - at <= self.linger_s}
+        return len(queued), max(self._expected, len(queued | fresh))
+
     def _linger(self) -> None:
-        """With the lock held and writes queued: wait until as many writers queued as the
-        last round had with those queued behind it, while they keep coming (module
-        docstring)."""
-        arrived = len({w.writer for w in self._queue})
-        if self.linger_s <= 0 or arrived >= self._expected:
+        """With the lock held and writes queued: wait until every writer expected
+        (:meth:`_awaited`) queued, while they keep coming (module docstring)."""
+        arrived, expected = self._awaited()
+        if self.linger_s <= 0 or arrived >= expected:
             return
         self.lingered += 1
         now = time.monotonic()
         deadline, idle = now + self.linger_s, now + self.linger_idle_s
-        while arrived < self._expected and not self._closed and not self._calls:
+        while arrived < expected and not self._closed and not self._calls:
             left = min(deadline, idle) - time.monotonic()
             if left <= 0:
                 return
             self._cv.wait(left)
-            count = len({w.writer for w in self._queue})
+            count, expected = self._awaited()
             if count > arrived:
                 arrived, idle = count, time.monotonic() + self.linger_idle_s
 

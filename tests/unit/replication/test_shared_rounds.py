@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -165,3 +166,62 @@ def test_writers_that_shared_a_round_share_the_next_and_a_lone_writer_never_wait
     full = [n for n in sizes if n == writers]
     assert len(full) >= per_writer - 2, f"rounds did not carry every writer: {sizes}"
     assert len(sizes) <= per_writer + 3, f"writers did not share rounds: {sizes}"
+
+
+def test_the_first_round_waits_for_writers_that_announced_their_writes(
+    transport: DirectTransport,
+) -> None:
+    """Writers starting together announce their writes before preparing them: the first
+    round carries all of them, not the first one alone (no previous round says how many
+    there are)."""
+    (lead,) = _leaders(transport, 1)
+    writers = 8
+    # Linger bounds far above the arrivals' spread: a wrong rule shows as a split round.
+    with ReplicationService(transport, linger_s=5.0, linger_idle_s=2.0) as svc:
+        sizes: list[int] = []
+        run = svc._run
+
+        def counted(batch: list) -> None:  # type: ignore[type-arg]
+            sizes.append(len(batch))
+            run(batch)
+
+        svc._run = counted  # type: ignore[method-assign]
+        announced = threading.Barrier(writers)
+
+        def write(w: int) -> None:
+            me = threading.get_ident()
+            svc.expect_write(me)
+            announced.wait()
+            time.sleep(0.03 * w)  # preparing: the writers come one after another
+            svc.submit(lead, [f"w-{w}".encode()]).result(timeout=60)
+            svc.expected_write_ended(me)
+
+        threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    assert sizes == [writers], f"the announced writers did not share the first round: {sizes}"
+
+
+def test_rounds_do_not_wait_for_stale_ended_or_anonymous_announcements(
+    transport: DirectTransport,
+) -> None:
+    """Only a writer that announced less than ``linger_s`` ago, and has neither submitted
+    nor ended its write, is waited for; an announcement without a writer (a
+    ``format("kudu")`` plan) holds only the settle round."""
+    (lead,) = _leaders(transport, 1)
+    with ReplicationService(transport, linger_s=0.2, linger_idle_s=0.1) as svc:
+        other = threading.get_ident() + 1  # a writer thread that never submits
+        svc.expect_write()  # anonymous
+        svc.submit(lead, [b"after-anonymous"]).result(timeout=60)
+        svc.expect_write(other)
+        svc.expected_write_ended(other)
+        svc.submit(lead, [b"after-ended"]).result(timeout=60)
+        svc.expect_write(other)
+        time.sleep(0.3)  # the announcement is older than linger_s now
+        svc.submit(lead, [b"after-stale"]).result(timeout=60)
+        assert svc.lingered == 0, "a round waited for a writer it should not expect"
+        svc.expect_write(other)  # fresh and pending: this one is waited for (at most 0.2 s)
+        svc.submit(lead, [b"after-fresh"]).result(timeout=60)
+        assert svc.lingered == 1, "a round did not wait for a freshly announced writer"
