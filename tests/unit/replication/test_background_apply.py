@@ -19,6 +19,7 @@ import textwrap
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -52,15 +53,23 @@ OPTS = WalOptions(segment_size=1 << 20, sync_policy=SyncPolicy.NONE, preallocate
 TS = ("ts-a", "ts-b", "ts-c")
 
 
-@pytest.fixture
-def applier() -> Iterator[BackgroundApplier]:
-    bg = BackgroundApplier(leader_inline_s=0.0, chunk_s=0.0,
-                           start=False)
+@contextlib.contextmanager
+def _installed(**options: Any) -> Iterator[BackgroundApplier]:
+    """A :class:`BackgroundApplier` with ``options``, this process's applier meanwhile."""
+    bg = BackgroundApplier(**options)
     previous = use_background_apply(bg)
     try:
         yield bg
     finally:
+        bg.stop()
         use_background_apply(previous)
+
+
+@pytest.fixture
+def applier() -> Iterator[BackgroundApplier]:
+    """Chunks of one entry, run only when a test calls ``run_once``."""
+    with _installed(leader_inline_s=0.0, chunk_s=0.0, start=False) as bg:
+        yield bg
 
 
 def _group(tmp_path: Path) -> tuple[DirectTransport, TabletLeader]:
@@ -155,9 +164,7 @@ def _backlog_of_five(tmp_path: Path, bg: BackgroundApplier) -> None:
 def test_a_chunk_ends_after_the_entry_it_is_applying_when_a_request_arrives(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    bg = BackgroundApplier(leader_inline_s=0.0, chunk_s=60.0, start=False)
-    previous = use_background_apply(bg)
-    try:
+    with _installed(leader_inline_s=0.0, chunk_s=60.0, start=False) as bg:
         _backlog_of_five(tmp_path, bg)
         arrived = contextlib.ExitStack()
         came: list[bool] = []
@@ -180,16 +187,12 @@ def test_a_chunk_ends_after_the_entry_it_is_applying_when_a_request_arrives(
         monkeypatch.undo()
         _drain(bg)  # the rest is applied later
         assert bg.pending() == []
-    finally:
-        use_background_apply(previous)
 
 
 def test_a_chunk_started_while_requests_were_in_flight_runs_its_whole_budget(
     tmp_path: Path,
 ) -> None:
-    bg = BackgroundApplier(leader_inline_s=0.0, chunk_s=60.0, start=False)
-    previous = use_background_apply(bg)
-    try:
+    with _installed(leader_inline_s=0.0, chunk_s=60.0, start=False) as bg:
         _backlog_of_five(tmp_path, bg)
         before = bg.report()
         with bg.foreground():  # e.g. the thread's loop gave up waiting after yield_s
@@ -197,8 +200,6 @@ def test_a_chunk_started_while_requests_were_in_flight_runs_its_whole_budget(
         after = bg.report()
         assert after["entries"] - before["entries"] >= 5, "the chunk stopped early"
         assert after["yielded"] == before["yielded"]
-    finally:
-        use_background_apply(previous)
 
 
 def _read_state(ts: str) -> PeerRequest:
@@ -222,10 +223,7 @@ def test_results_of_entries_the_applier_applied_reach_the_writer(
 def test_results_beyond_the_cap_are_dropped_and_the_write_says_it_has_none(
     tmp_path: Path,
 ) -> None:
-    bg = BackgroundApplier(leader_inline_s=0.0, chunk_s=60.0,
-                           max_results=2, start=False)
-    previous = use_background_apply(bg)
-    try:
+    with _installed(leader_inline_s=0.0, chunk_s=60.0, max_results=2, start=False) as bg:
         _, lead = _group(tmp_path)
         positions = lead.propose(_batches(5))
         lead.heartbeat()
@@ -233,8 +231,6 @@ def test_results_beyond_the_cap_are_dropped_and_the_write_says_it_has_none(
         assert bg.report()["results_dropped"] >= 1
         with pytest.raises(RoundFailedError, match="no replica reported applying"):
             lead.take_results([i for i, _ in positions])
-    finally:
-        use_background_apply(previous)
 
 
 def test_a_configuration_entry_applies_in_the_request_that_commits_it(
@@ -256,10 +252,7 @@ def test_the_leaders_replica_applies_long_only_in_a_round_collecting_results(
 ) -> None:
     # Long budget for the leader's replica, none for anything else: only a round that
     # collects per-row results may apply a whole backlog inline.
-    bg = BackgroundApplier(leader_inline_s=600.0, chunk_s=0.0,
-                           start=False)
-    previous = use_background_apply(bg)
-    try:
+    with _installed(leader_inline_s=600.0, chunk_s=0.0, start=False) as bg:
         transport, lead = _group(tmp_path)
         positions = lead.propose(_batches(6))
         last = positions[-1][0]
@@ -281,8 +274,6 @@ def test_the_leaders_replica_applies_long_only_in_a_round_collecting_results(
         assert _applied(transport, "ts-a") >= last
         assert len(rounds) == 1, f"{len(rounds)} collecting rounds; one applies everything"
         assert bg.report()["chunks"] == 0, "the applier never ran: the requests applied"
-    finally:
-        use_background_apply(previous)
 
 
 def test_the_leaders_replicas_go_before_the_followers(
@@ -329,10 +320,7 @@ def test_a_leaders_replica_is_scheduled_as_the_leaders_and_a_followers_as_a_foll
 def test_the_applier_thread_finishes_a_backlog_while_requests_come_and_go(
     tmp_path: Path,
 ) -> None:
-    bg = BackgroundApplier(leader_inline_s=0.0, chunk_s=0.0,
-                           yield_s=0.05)
-    previous = use_background_apply(bg)
-    try:
+    with _installed(leader_inline_s=0.0, chunk_s=0.0, yield_s=0.05) as bg:
         transport, lead = _group(tmp_path)
         positions = lead.propose(_batches(6))
         with bg.foreground():  # a request in flight: the applier waits at most yield_s
@@ -344,15 +332,10 @@ def test_the_applier_thread_finishes_a_backlog_while_requests_come_and_go(
         want = _rows(transport.roots["ts-a"])
         for ts in TS:
             assert _rows(transport.roots[ts]) == want, ts
-    finally:
-        bg.stop()
-        use_background_apply(previous)
 
 
 def test_no_chunk_starts_while_a_leader_applies_for_a_waiting_write(tmp_path: Path) -> None:
-    bg = BackgroundApplier(leader_inline_s=30.0, chunk_s=0.0, yield_s=0.05)
-    previous = use_background_apply(bg)
-    try:
+    with _installed(leader_inline_s=30.0, chunk_s=0.0, yield_s=0.05) as bg:
         transport, lead = _group(tmp_path)
         # The election's entry is applied in the background too: let that finish first (a
         # chunk already running when an urgent apply starts is not stopped).
@@ -372,9 +355,6 @@ def test_no_chunk_starts_while_a_leader_applies_for_a_waiting_write(tmp_path: Pa
         # Once it is over the applier goes on.
         wait_until(lambda: all(_applied(transport, ts) >= last for ts in TS), 30,
                    "every replica applying the backlog after the urgent apply")
-    finally:
-        bg.stop()
-        use_background_apply(previous)
 
 
 # -- through a real resident server ------------------------------------------------------------
@@ -491,9 +471,7 @@ def test_the_leaders_apply_for_results_leaves_its_flush_to_the_applier(
     # Every MemRowSet is over the flush threshold here: an apply not deferred flushes at once.
     monkeypatch.setattr(tablet_module, "TabletOptions", lambda: TabletOptions(
         flush_threshold_bytes=1, deferred_flush_max_bytes=1 << 20))
-    bg = BackgroundApplier(leader_inline_s=600.0, chunk_s=0.0, start=False)
-    previous = use_background_apply(bg)
-    try:
+    with _installed(leader_inline_s=600.0, chunk_s=0.0, start=False) as bg:
         transport, lead = _group(tmp_path)
         positions = lead.propose(_batches(6))
         last = positions[-1][0]
@@ -515,8 +493,6 @@ def test_the_leaders_apply_for_results_leaves_its_flush_to_the_applier(
             assert Superblock.load(tablet_dir(transport.roots[ts], "t")).last_flushed_index \
                 >= last, ts
             assert _rows(transport.roots[ts]) == want, ts
-    finally:
-        use_background_apply(previous)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"),
