@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import io
 
 import pyarrow as pa
 import pytest
@@ -121,28 +122,33 @@ class _WithoutDataField:
         return getattr(self._rdd, name)
 
 
-def test_the_collection_is_streamed_whole_or_partition_by_partition_alike(
-        spark: SparkSession) -> None:
+@pytest.mark.parametrize("rows", [1, 3, 1000])
+def test_the_collection_is_read_alike_through_py4j_one_socket_or_a_socket_per_partition(
+        spark: SparkSession, rows: int) -> None:
     from pyspark_kudu.spark.api import local_input
 
     sc = spark.sparkContext
-    rdd = sc.parallelize([(i, str(i)) for i in range(1000)], 7)._jrdd.rdd()
+    rdd = sc.parallelize([(i, str(i)) for i in range(rows)], 7)._jrdd.rdd()
     assert rdd.getClass().getSimpleName() == "ParallelCollectionRDD"
+    want = [bytes(b) for p in rdd.collectPartitions() for b in p]  # type: ignore[attr-defined]
+    assert want
 
-    def records(iterators: list[object]) -> list[bytes]:
-        out = []
-        for it in iterators:
-            while it.hasNext():  # type: ignore[attr-defined]
-                out.append(bytes(it.next()))  # type: ignore[attr-defined]
-        return out
+    def read(source: object, direct_max: int) -> list[bytes]:
+        out = io.BytesIO()
+        assert local_input._read_collection(source, sc._jvm, out, 1 << 30, direct_max) >= 0
+        out.seek(0)
+        got = []
+        while head := out.read(4):
+            got.append(out.read(int.from_bytes(head, "big")))
+        return got
 
-    whole = local_input._collection_iterators(rdd)
-    assert len(whole) == 1  # the collection itself: one socket for any number of slices
-    parts = local_input._collection_iterators(_WithoutDataField(rdd))
-    assert len(parts) == 7
-    got = records(whole)
-    assert got and got == records(parts)
-    assert got == [bytes(b) for p in rdd.collectPartitions() for b in p]  # type: ignore
+    assert read(rdd, direct_max=10_000) == want  # each record through Py4J
+    assert read(rdd, direct_max=0) == want  # the whole collection over one socket
+    assert read(_WithoutDataField(rdd), direct_max=10_000) == want  # a socket per partition
+    # The budget stops either way: the bytes of all but the last record are not enough.
+    short = sum(map(len, want)) - 1
+    for direct_max in (0, 10_000):
+        assert local_input._read_collection(rdd, sc._jvm, io.BytesIO(), short, direct_max) < 0
 
 
 def test_a_values_relation_whose_analyzed_plan_is_aliased_is_read_from_its_optimized_plan(

@@ -11,16 +11,16 @@ Two kinds of DataFrame hold their rows in the driver already:
   whose partitions hold the pickled rows *in the driver JVM*, PySpark's identity re-serializing
   map (a ``PythonRDD``) and three JVM maps that unpickle them into rows of the schema
   (``applySchemaToPythonRDD``). Collecting it would run a job whose every task starts a Python
-  worker; instead the pickled batches are streamed from the driver JVM's collection over one
-  local socket (as PySpark's own ``collect()`` streams results), unpickled here, and their
-  values, in Spark's internal form (dates as days, timestamps as microseconds, as the JVM
-  receives them), go straight into Arrow arrays. Only that exact lineage qualifies: the
-  ``PythonRDD``'s function must be PySpark's own identity map (a user's ``rdd.map(f)``
-  pipelines ``f`` into it, and ``f`` is never run in the driver), values must have the
-  internal types schema verification guarantees (``verifySchema=False`` can let others in:
-  Spark converts those its own way, in the job), and any projection or filter on top makes
-  the plan something else. (The function is recognized by its code's qualified name, which
-  needs Python 3.11; on 3.10 such DataFrames take the staging job.)
+  worker; instead the pickled batches are read from the driver JVM's collection (a few through
+  Py4J, more streamed over one local socket as PySpark's own ``collect()`` streams results),
+  unpickled here, and their values, in Spark's internal form (dates as days, timestamps as
+  microseconds, as the JVM receives them), go straight into Arrow arrays. Only that exact
+  lineage qualifies: the ``PythonRDD``'s function must be PySpark's own identity map (a
+  user's ``rdd.map(f)`` pipelines ``f`` into it, and ``f`` is never run in the driver),
+  values must have the internal types schema verification guarantees (``verifySchema=False``
+  can let others in: Spark converts those its own way, in the job), and any projection or
+  filter on top makes the plan something else. (The function is recognized by its code's
+  qualified name, which needs Python 3.11; on 3.10 such DataFrames take the staging job.)
 
 A small write of such a DataFrame is encoded in the driver and replicated in one round: no
 staging job at all (:meth:`~pyspark_kudu.spark.api.writes.WritePath.write`). Whatever this
@@ -81,6 +81,8 @@ _COLLECTION_RDD = "org.apache.spark.rdd.ParallelCollectionRDD"
 _MAP_FUNC = "RDD.map.<locals>.func"
 _IDENTITY = "RDD._reserialize.<locals>.<lambda>"
 _FRAME = struct.Struct("!i")  # PySpark's framing: a big-endian int32 length, then the bytes
+# Collections of at most this many pickled records are fetched through Py4J, not a socket.
+_DIRECT_RECORDS = 4
 # The Python types of Spark's internal form of a value, per column type (the table's types),
 # as ``createDataFrame``'s schema verification and ``toInternal`` leave them.
 _INTERNAL_TYPES: dict[type[DataType], frozenset[type]] = {
@@ -158,14 +160,8 @@ def _parallelized_batches(df: DataFrame, plan: Any, max_bytes: int, schema: pa.S
     framed = io.BytesIO()
     jvm = df.sparkSession.sparkContext._jvm
     assert jvm is not None
-    # Streamed over a local socket as PySpark's own collect() streams results: fetching each
-    # pickled record through Py4J would convert it byte by byte (~1 us per byte).
-    budget = max_bytes
-    for records in _collection_iterators(source):
-        budget = _read_frames(jvm.PythonRDD.serveIterator(  # (imported by PySpark)
-            records, "pyspark-kudu driver-side rows"), framed, budget)
-        if budget < 0:
-            return None
+    if _read_collection(source, jvm, framed, max_bytes) < 0:
+        return None
     framed.seek(0)
     # Spark's internal form of each row (``StructType.toInternal``): a tuple per row with
     # dates as days and timestamps as microseconds since the epoch, what the JVM's
@@ -197,18 +193,42 @@ def _parallelized_batches(df: DataFrame, plan: Any, max_bytes: int, schema: pa.S
     return batches
 
 
-def _collection_iterators(source: Any) -> list[Any]:
-    """JVM iterators over every record of a ``ParallelCollectionRDD``, in partition order:
-    one over its whole collection (the private ``data`` field its slices are cut from, read
-    by reflection: 4 Py4J calls and then one local socket), or else, where the field is not
-    there, one per partition (a socket each)."""
+def _read_collection(source: Any, jvm: Any, out: io.BytesIO, budget: int,
+                     direct_max: int = _DIRECT_RECORDS) -> int:
+    """Copy every pickled record of a ``ParallelCollectionRDD``, in partition order and
+    framed as PySpark frames them, to ``out`` while they fit ``budget`` bytes; returns the
+    budget left (negative: they did not fit, reading stopped).
+
+    The records come from the private ``data`` field the RDD's slices are cut from (read by
+    reflection): at most ``direct_max`` of them one Py4J call each (a 1-row DataFrame's one
+    record, ~0.1 ms), more over one local socket, as PySpark's own ``collect()`` streams
+    results (~2 ms to set up, then fast: fetching records through Py4J converts them byte by
+    byte, ~1 us per byte). Where the field is not there, a socket per partition."""
     try:
         field = source.getClass().getDeclaredField("data")
         field.setAccessible(True)
-        return [field.get(source).iterator()]
+        data = field.get(source)
     except Py4JError:  # another Spark's field layout
         _log.debug("no data field in %s", source.getClass().getName(), exc_info=True)
-        return [part.iterator() for part in source.partitions()]
+        iterators = [part.iterator() for part in source.partitions()]
+    else:
+        n = data.length()
+        if n <= direct_max:
+            for k in range(n):
+                record = bytes(data.apply(k))
+                budget -= len(record)
+                if budget < 0:
+                    return budget
+                out.write(_FRAME.pack(len(record)))
+                out.write(record)
+            return budget
+        iterators = [data.iterator()]
+    for records in iterators:
+        budget = _read_frames(jvm.PythonRDD.serveIterator(  # (imported by PySpark)
+            records, "pyspark-kudu driver-side rows"), out, budget)
+        if budget < 0:
+            return budget
+    return budget
 
 
 def _read_frames(sock_info: Any, out: io.BytesIO, budget: int) -> int:
