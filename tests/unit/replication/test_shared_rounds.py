@@ -38,6 +38,19 @@ def _leaders(t: DirectTransport, n: int) -> list[TabletLeader]:
     return out
 
 
+def _round_sizes(svc: ReplicationService) -> list[int]:
+    """A list that receives the number of writes each round of ``svc`` carries from now on."""
+    sizes: list[int] = []
+    run = svc._run
+
+    def counted(batch: list) -> None:  # type: ignore[type-arg]
+        sizes.append(len(batch))
+        run(batch)
+
+    svc._run = counted  # type: ignore[method-assign]
+    return sizes
+
+
 def test_writes_to_many_tablets_cost_the_rounds_of_one(transport: DirectTransport) -> None:
     one = _leaders(transport, 1)
     before = transport.rounds
@@ -141,14 +154,7 @@ def test_writers_that_shared_a_round_share_the_next_and_a_lone_writer_never_wait
             svc.submit(lead, [f"lone-{i}".encode()]).result(timeout=60)
         assert svc.rounds == 5 and svc.lingered == 0, "a lone writer must never wait"
 
-        sizes: list[int] = []
-        run = svc._run
-
-        def counted(batch: list) -> None:  # type: ignore[type-arg]
-            sizes.append(len(batch))
-            run(batch)
-
-        svc._run = counted  # type: ignore[method-assign]
+        sizes = _round_sizes(svc)
         start = threading.Barrier(writers)
 
         def write(w: int) -> None:
@@ -178,14 +184,7 @@ def test_the_first_round_waits_for_writers_that_announced_their_writes(
     writers = 8
     # Linger bounds far above the arrivals' spread: a wrong rule shows as a split round.
     with ReplicationService(transport, linger_s=5.0, linger_idle_s=2.0) as svc:
-        sizes: list[int] = []
-        run = svc._run
-
-        def counted(batch: list) -> None:  # type: ignore[type-arg]
-            sizes.append(len(batch))
-            run(batch)
-
-        svc._run = counted  # type: ignore[method-assign]
+        sizes = _round_sizes(svc)
         announced = threading.Barrier(writers)
 
         def write(w: int) -> None:
