@@ -16,11 +16,15 @@ commit index and returns. A settle round after a 10M-row write took 5-17 s while
 applied up to a second's worth of entries inline, a MemRowSet flush included, each.
 
 The applier's thread applies each scheduled replica's backlog in chunks of about
-``chunk_s``, taking the replica's lock for one chunk at a time, so rounds, scans and
-maintenance get the replica between chunks; it lets the server's requests run first (it
-waits up to ``yield_s`` for a moment with none in flight before each chunk). A chunk that
-started with no request in flight also ends early, after the entry it is applying, when one
-arrives: a round then waits for the replica's lock for one entry, not up to ``chunk_s``.
+``chunk_s``, taking the replica's tablet lock for one chunk at a time and its log lock only
+to read a page of entries (:func:`~pyspark_kudu.spark.host.replica_apply.apply_in_background`):
+rounds that apply nothing hold only the log lock, so they append meanwhile, even while a
+chunk flushes a MemRowSet (:mod:`~pyspark_kudu.spark.host.replica_cache`, "Two locks per
+replica"); scans, maintenance and a leader's apply for per-row results get the replica
+between chunks. It lets the server's requests run first (it waits up to ``yield_s`` for a
+moment with none in flight before each chunk). A chunk that started with no request in
+flight also ends early, after the entry it is applying, when one arrives: a request that
+needs the tablet then waits for one entry, not up to ``chunk_s``.
 (A chunk that started after ``yield_s`` with requests still in flight runs its whole
 ``chunk_s``: under a steady stream of requests the backlog still shrinks.)
 

@@ -307,7 +307,7 @@ def _read_wal_entry(ref: StagedRef) -> bytes | None:
         return None
     try:
         with open_replica(root, FileIO(root).child("tablets", tablet_id), tablet_id, None,
-                          mutate=False) as handle:
+                          mutate=False, mode="wal") as handle:
             (entry,) = handle.storage.entries(int(index), int(index) + 1)
     except Exception:  # compacted, damaged, or no such replica here: not deliverable
         _log.warning("log entry %s is not readable on %s", ref.path, current_host(),

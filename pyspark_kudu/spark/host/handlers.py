@@ -57,11 +57,14 @@ that happened is kept in ``<tablet>/applied`` (atomic replace) with the configur
 ``meta``; ``meta`` is written first, so a crash between the two only replays idempotent
 configuration entries.
 
-Concurrency: requests for one replica are serialised by an exclusive ``flock`` on
-``<tablet>/lock`` (two rounds from two client threads, two Python workers of one executor,
-or executors of two applications may touch the same replica). Open replicas are reused
-across tasks of one worker process when no other process changed them in between
-(:mod:`pyspark_kudu.spark.host.replica_cache`).
+Concurrency: one process at a time uses a replica, under an exclusive ``flock`` on
+``<tablet>/lock`` (two Python workers of one executor, or executors of two applications may
+touch the same replica); inside it, a request that applies nothing (with a background
+applier: every ``STEP``, a ``PERSIST`` not collecting results; log reads) holds only the
+replica's log lock, any other both its locks (:func:`_handle_locked`; a log-only request
+that must apply after all runs again holding both). Open replicas are reused across tasks
+of one worker process when no other process changed them in between
+(:mod:`pyspark_kudu.spark.host.replica_cache`, "Two locks per replica").
 
 **Applying**: a request applies the committed entries it learns of -- all of them; in a
 process with a background applier, only configuration entries, or on the leader's replica
@@ -111,6 +114,7 @@ from pyspark_kudu.spark.host.replica_apply import (
     ApplyLimit,
     TabletSink,
     apply_committed,
+    apply_in_background,
     background_applier,
     drain,
     read_applied,
@@ -119,7 +123,7 @@ from pyspark_kudu.spark.host.replica_apply import (
     waited_for,
     write_applied,
 )
-from pyspark_kudu.spark.host.replica_cache import delete_replica, open_replica
+from pyspark_kudu.spark.host.replica_cache import NeedsTablet, delete_replica, open_replica
 from pyspark_kudu.spark.host.resolve_slices import (
     NotResolved,
     Resolver,
@@ -338,26 +342,44 @@ def _handle_one(
         return _failed_response(req, host, io)
     if req.kind != RequestKind.INSTALL_COPY and io.exists(COPYING_FILE):
         return _failed_response(req, host, io, "a tablet copy into it was interrupted")
+    bg = background_applier()
+    wal_only = req.kind in (RequestKind.READ_STATE, RequestKind.READ_ENTRIES) or (
+        bg is not None and (req.kind == RequestKind.STEP or (
+            req.kind == RequestKind.PERSIST and not req.collecting)))
     try:
-        with open_replica(root, io, req.tablet_id, options, mutate) as handle:
-            applied = read_applied(io)
-            sink = TabletSink(root, req.tablet_id, io, handle, applied)
-            resp = _dispatch(root, req, host, io, handle.storage, applied, sink,
-                             resolver or Resolver({}))
-            bg = background_applier()
-            if (bg is not None and resp.ok
-                    and req.kind in (RequestKind.STEP, RequestKind.PERSIST)
-                    and (handle.storage.initial_state()[0].commit > read_applied(io)
-                         or (handle.tablet is not None and handle.tablet.flush_due()))):
-                bg.schedule(root, req.tablet_id, options,
-                            leader=req.kind == RequestKind.PERSIST)
-            return resp
+        try:
+            return _handle_locked(root, req, host, io, options, resolver, mutate, wal_only)
+        except NeedsTablet:  # a configuration entry to apply: again, holding the tablet too
+            return _handle_locked(root, req, host, io, options, resolver, mutate, False)
     except (CorruptionError, DiskFullError, OSError) as e:
         if isinstance(e, OSError) and e.errno not in DISK_ERRNOS:
             raise
         why = f"{type(e).__name__}: {e}"
         mark_failed(io, why)
         return _failed_response(req, host, io, why)
+
+
+def _handle_locked(
+    root: str, req: PeerRequest, host: str, io: FileIO, options: WalOptions | None,
+    resolver: Resolver | None, mutate: bool, wal_only: bool,
+) -> PeerResponse:
+    """Serve ``req`` holding the replica's log lock only (``wal_only``: a round that applies
+    nothing never waits for the background applier's apply or flush; it raises
+    ``NeedsTablet`` if it must apply after all) or both its locks."""
+    with open_replica(root, io, req.tablet_id, options, mutate,
+                      mode="wal" if wal_only else "full") as handle:
+        applied = read_applied(io)
+        sink = TabletSink(root, req.tablet_id, io, handle, applied, wal_only=wal_only)
+        resp = _dispatch(root, req, host, io, handle.storage, applied, sink,
+                         resolver or Resolver({}))
+        bg = background_applier()
+        if (bg is not None and resp.ok
+                and req.kind in (RequestKind.STEP, RequestKind.PERSIST)
+                and (handle.storage.initial_state()[0].commit > read_applied(io)
+                     or (not wal_only and handle.tablet is not None
+                         and handle.tablet.flush_due()))):
+            bg.schedule(root, req.tablet_id, options, leader=req.kind == RequestKind.PERSIST)
+        return resp
 
 
 def mark_failed(io: FileIO, reason: str) -> None:
@@ -515,13 +537,14 @@ def apply_backlog(root: str, tablet_id: str, options: WalOptions | None, budget_
     if not io.exists(META_FILE) or io.exists(FAILED_FILE) or io.exists(COPYING_FILE):
         return False, [], 0
     try:
-        with open_replica(root, io, tablet_id, options, mutate=False,
-                          require=META_FILE) as handle:
+        with open_replica(root, io, tablet_id, options, mutate=False, require=META_FILE,
+                          mode="tablet") as handle:
             if io.exists(FAILED_FILE) or io.exists(COPYING_FILE):
                 return False, [], 0
             storage = handle.storage
             applied = read_applied(io)
-            commit = storage.initial_state()[0].commit
+            with handle.wal_lock:
+                commit = storage.initial_state()[0].commit
             if commit <= applied:
                 tablet = handle.tablet
                 if tablet is not None and tablet.flush_due():  # a flush a request deferred
@@ -530,10 +553,14 @@ def apply_backlog(root: str, tablet_id: str, options: WalOptions | None, budget_
                 return False, [], 0
             handle.will_mutate()
             sink = TabletSink(root, tablet_id, io, handle, applied)
-            span = apply_committed(io, storage, applied, commit, sink, "",
-                                    ApplyLimit(deadline=time.monotonic() + budget_s,
-                                               yield_to=yield_to))
-            now = span[-1] if span else applied
+            limit = ApplyLimit(deadline=time.monotonic() + budget_s, yield_to=yield_to)
+            now = apply_in_background(io, handle, applied, sink, limit)
+            with handle.wal_lock:  # both locks: a configuration entry is next (or a gap)
+                commit = storage.initial_state()[0].commit
+                if now is None:
+                    now = read_applied(io)
+                    span = apply_committed(io, storage, now, commit, sink, "", limit)
+                    now = span[-1] if span else now
             return now < commit, sink.results, now - applied
     except NotFoundError:  # deleted meanwhile
         return False, [], 0

@@ -6,16 +6,16 @@ served, and runs at most one bounded operation per replica and ``max_ops`` per c
 rowset full of ended versions, or a flush of an idle replica's MemRowSet. A replica whose
 applied index moved within the last ``busy_s`` (or that this server has not watched that
 long) is being written: it gets only the compaction of a tall stack (writes first, see that
-module). A flush runs under the replica's lock (``flock``: writes and scan planning on the
-replica wait for it, scans already streaming do not). A compaction holds the lock only to
-start and to commit, and merges without it (:meth:`~pyspark_kudu.tablet.Tablet.prepare_compaction`):
-measured at 50M rows, compactions of 8M-row tablets holding the lock made scans wait 87 s
-instead of 17 s. A merge whose inputs a write changed meanwhile is dropped
-(``compact_conflict``); after ``max_conflicts`` of them in a row the replica's next
-compaction holds the lock throughout, as before. Every operation marks the replica changed
-for other processes' caches first, and publishes its result with the tablet's atomic
-superblock replace, so a crash at any point loses nothing (the tablet's crash points cover
-flush and compaction).
+module). A flush runs under the replica's tablet lock (scan planning and applies on the
+replica wait for it, rounds appending to its log and scans already streaming do not). A
+compaction holds the lock only to start and to commit, and merges without it
+(:meth:`~pyspark_kudu.tablet.Tablet.prepare_compaction`): measured at 50M rows, compactions
+of 8M-row tablets holding the lock made scans wait 87 s instead of 17 s. A merge whose
+inputs a write changed meanwhile is dropped (``compact_conflict``); after ``max_conflicts``
+of them in a row the replica's next compaction holds the lock throughout, as before. Every
+operation marks the replica changed for other processes' caches first, and publishes its
+result with the tablet's atomic superblock replace, so a crash at any point loses nothing
+(the tablet's crash points cover flush and compaction).
 
 **History**: versions ended before the *ancient history mark* are dropped by a compaction.
 The mark is the newest applied index this server observed at least ``history_max_age_s``
@@ -98,7 +98,8 @@ def maintain_replica(root: str, tablet_id: str, policy: MaintenancePolicy, *,
             or io.exists(COPYING_FILE)):
         return None
     t0 = time.perf_counter()
-    with open_replica(root, io, tablet_id, options, mutate=False) as h:
+    with open_replica(root, io, tablet_id, options, mutate=False,
+                      mode="tablet") as h:
         sb = Superblock.load(io)
         ids = choose_compaction(sb.rowsets, policy, busy=busy) if compact else ()
         applied = read_applied(io)
@@ -127,7 +128,8 @@ def maintain_replica(root: str, tablet_id: str, policy: MaintenancePolicy, *,
         # files (and finds out what is wrong with them) instead of meeting a failed tablet.
         close_cached(root, tablet_id)
         raise
-    with open_replica(root, io, tablet_id, options, mutate=False) as h2:
+    with open_replica(root, io, tablet_id, options, mutate=False,
+                      mode="tablet") as h2:
         if h2 is h and h2.tablet is tablet:
             h2.will_mutate()
             done = tablet.commit_compaction(job)

@@ -17,8 +17,10 @@ the tablet from the WAL.
 The index up to which a replica applied is kept in ``<tablet>/applied`` (atomic replace,
 :func:`read_applied`), written after the entries up to it were applied.
 
-Thread-safety: every function here runs with the replica's lock held (the caller's); the
-registered applier is process-wide state, set once by the resident server.
+Thread-safety: every function here runs with the replica's locks held (the caller's: both,
+or the log's only with a :class:`TabletSink` made ``wal_only``, or the tablet's only in
+:func:`apply_in_background`, which takes the log's for its reads); the registered applier
+is process-wide state, set once by the resident server.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from pyspark_kudu.consensus.messages import Entry, EntryType, HardState, Message
 from pyspark_kudu.consensus.raft import Config, RaftNode
 from pyspark_kudu.errors import CompactedError
 from pyspark_kudu.fileio import FileIO
-from pyspark_kudu.spark.host.replica_cache import ReplicaHandle
+from pyspark_kudu.spark.host.replica_cache import NeedsTablet, ReplicaHandle
 from pyspark_kudu.spark.host.writers_record import record_writer
 from pyspark_kudu.tablet import WriteResult
 from pyspark_kudu.tablet.superblock import SUPERBLOCK_FILE
@@ -49,6 +51,7 @@ __all__ = [
     "BackgroundApply",
     "TabletSink",
     "apply_committed",
+    "apply_in_background",
     "background_applier",
     "catch_up",
     "drain",
@@ -130,7 +133,10 @@ class TabletSink:
     """
 
     def __init__(self, root: str, tablet_id: str, io: FileIO, handle: ReplicaHandle,
-                 applied_before: int) -> None:
+                 applied_before: int, *, wal_only: bool = False) -> None:
+        """``wal_only``: the request holds only the replica's log lock; it may not apply
+        (:class:`~pyspark_kudu.spark.host.replica_cache.NeedsTablet` if it must)."""
+        self.wal_only = wal_only
         self._root = root
         self._tablet_id = tablet_id
         self.handle = handle
@@ -147,6 +153,9 @@ class TabletSink:
 
     def apply(self, entries: Sequence[Entry], *, defer_flush: bool = False) -> None:
         """Apply ``entries``; ``defer_flush``: see :class:`ApplyLimit`."""
+        if self.wal_only and entries:
+            raise NeedsTablet(f"tablet {self._tablet_id}: {len(entries)} committed entries "
+                              f"to apply, from {entries[0].index}")
         writes = [e for e in entries if e.type == EntryType.NORMAL and e.data]
         if not self._has_tablet or not entries:
             return
@@ -268,6 +277,8 @@ def drain(
             return
         rd = node.ready()
         if rd.snapshot is not None:
+            if applier.wal_only:  # replaces the log the tablet was applied from
+                raise NeedsTablet("a snapshot to install")
             storage.apply_snapshot(rd.snapshot)
         if rd.entries:
             storage.append(rd.entries)
@@ -349,6 +360,46 @@ def apply_committed(
     span: list[int] = []
     drain(node, storage, io, [], span, applier, host, limit)
     return (span[0], span[-1]) if span else ()
+
+
+#: What the background applier reads of a replica's log at a time, holding the log lock (a
+#: round appending meanwhile waits at most for one such read).
+BACKGROUND_PAGE_BYTES = 4 * 1024 * 1024
+
+
+def apply_in_background(io: FileIO, handle: ReplicaHandle, applied: int, sink: TabletSink,
+                        limit: ApplyLimit) -> int | None:
+    """(The replica's tablet lock held, not its log lock.) Apply the committed entries after
+    ``applied`` until ``limit`` is spent (at least one entry), reading them from the log a
+    page at a time under the log lock, so that rounds append meanwhile; the ``applied`` file
+    follows each page. Returns the index applied up to, or None (nothing more applied) when
+    a configuration entry is next, or the log no longer holds the next entry: the caller
+    applies under both locks with :func:`apply_committed`, which handles both."""
+    storage = handle.storage
+    now = applied
+    while True:
+        with handle.wal_lock:
+            commit = storage.initial_state()[0].commit
+            if now >= commit:
+                return now
+            if now + 1 < storage.first_index():
+                return None
+            page = storage.entries(now + 1, commit + 1, BACKGROUND_PAGE_BYTES)
+        normal = 0
+        while normal < len(page) and page[normal].type == EntryType.NORMAL:
+            normal += 1
+        if not normal:
+            return None
+        spent = False
+        for e in page[:normal]:
+            sink.apply([e])
+            now = e.index
+            spent = limit.spent()
+            if spent:
+                break
+        write_applied(io, now)
+        if spent or normal < len(page):
+            return now if spent else None
 
 
 def catch_up(root: str, tablet_id: str, io: FileIO, handle: ReplicaHandle,

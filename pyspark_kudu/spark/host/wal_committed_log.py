@@ -5,13 +5,17 @@ an entry that is not committed (DESIGN §3: nothing uncommitted is ever visible)
 narrows that further to what the replica had *already applied* before this task: the task
 then applies the newly committed entries itself, so it can report their per-row results.
 
-Thread-safety: as the ``WalStorage`` it wraps; ``advance_upto`` is called by the one task
-that holds the replica's lock.
+Thread-safety: every use of the ``WalStorage`` holds ``lock`` when one is given (the
+replica's log lock, :mod:`~pyspark_kudu.spark.host.replica_cache`: a round may append to
+the log while the tablet bootstraps or collects garbage), one page at a time;
+``advance_upto`` is called by the request that holds the replica's tablet lock.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 
 from pyspark_kudu.errors import CompactedError
 from pyspark_kudu.tablet import LogRecord
@@ -26,13 +30,17 @@ class WalCommittedLog:
     """``CommittedLog`` over a ``WalStorage``, bounded by its commit index (and ``upto``)."""
 
     def __init__(self, storage: WalStorage, upto: int | None = None,
-                 known_commit: int | None = None) -> None:
+                 known_commit: int | None = None,
+                 lock: AbstractContextManager[object] | None = None) -> None:
         """``known_commit``: a commit index the caller learned from the tablet's *current*
         leader, valid only on the leader replica (whose log is the leader's log); it lets a
-        read see writes whose commit the replica itself has not been told yet."""
+        read see writes whose commit the replica itself has not been told yet. ``lock``:
+        held around each use of ``storage`` (module docstring)."""
         self._storage = storage
         self._upto = upto
         self._known_commit = known_commit
+        self._lock: AbstractContextManager[object] = (
+            lock if lock is not None else contextlib.nullcontext())
 
     def advance_upto(self, index: int) -> None:
         """The tablet has now applied up to ``index`` (it stays open across tasks)."""
@@ -46,10 +54,11 @@ class WalCommittedLog:
         return commit if self._upto is None else min(commit, self._upto)
 
     def read_from(self, index: int) -> Iterator[LogRecord]:
-        last = self._last()
+        with self._lock:
+            last = self._last()
+            first = self._storage.first_index()
         if index > last:
             return
-        first = self._storage.first_index()
         if index < first:
             raise CompactedError(
                 f"the tablet needs log entries from {index} but the WAL starts at {first}; "
@@ -57,14 +66,16 @@ class WalCommittedLog:
             )
         lo = index
         while lo <= last:
-            page = self._storage.entries(lo, last + 1, _PAGE_BYTES)
+            with self._lock:  # not across the yields: the caller applies meanwhile
+                page = self._storage.entries(lo, last + 1, _PAGE_BYTES)
             for e in page:
                 yield LogRecord(e.index, e.data, e.term, e.type.value)
             lo = page[-1].index + 1
 
     def gc(self, up_to_index: int) -> None:
         """Let the WAL drop entries the tablet has flushed (``compact`` then segment GC)."""
-        target = min(up_to_index, self._last())
-        if target >= self._storage.first_index():
-            self._storage.compact(target)
-            self._storage.gc()
+        with self._lock:
+            target = min(up_to_index, self._last())
+            if target >= self._storage.first_index():
+                self._storage.compact(target)
+                self._storage.gc()
