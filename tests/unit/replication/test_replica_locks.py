@@ -19,15 +19,17 @@ import pytest
 from pyspark_kudu.spark.host import handlers, replica_cache
 from pyspark_kudu.spark.host.background_apply import BackgroundApplier
 from pyspark_kudu.spark.host.handlers import replica_storage, tablet_dir
-from pyspark_kudu.spark.host.replica_apply import (
-    read_applied,
-    use_background_apply,
-    write_applied,
-)
+from pyspark_kudu.spark.host.replica_apply import read_applied, write_applied
 from pyspark_kudu.spark.host.replica_cache import clear_cache, open_replica
 from pyspark_kudu.spark.replication.peer_transport import DirectTransport
-from pyspark_kudu.spark.replication.tablet_leader import TabletLeader, TabletReplicas
-from tests.unit.replication.test_background_apply import OPTS, SCHEMA, TS, _batches, _drain
+from tests.unit.replication.test_background_apply import (
+    OPTS,
+    TS,
+    _batches,
+    _drain,
+    _group,
+    _installed,
+)
 from tests.unit.replication.test_tablet_writes import _rows
 from tests.waiting import wait_until
 
@@ -35,22 +37,9 @@ from tests.waiting import wait_until
 @pytest.fixture
 def applier() -> Iterator[BackgroundApplier]:
     """This process's applier, run only when a test calls it."""
-    bg = BackgroundApplier(leader_inline_s=0.0, chunk_s=0.0, start=False)
-    previous = use_background_apply(bg)
-    try:
+    with _installed(leader_inline_s=0.0, chunk_s=0.0, start=False) as bg:
         yield bg
-    finally:
-        bg.stop()
-        use_background_apply(previous)
-        clear_cache()
-
-
-def _group(tmp_path: Path) -> tuple[DirectTransport, TabletLeader]:
-    transport = DirectTransport({ts: str(tmp_path / ts) for ts in TS}, OPTS)
-    lead = TabletLeader(TabletReplicas("t", TS), "ts-a", transport)
-    lead.create(SCHEMA.to_json())
-    lead.elect()
-    return transport, lead
+    clear_cache()
 
 
 @contextlib.contextmanager
@@ -151,20 +140,17 @@ def test_the_background_applier_applies_through_a_configuration_entry_in_its_bac
     assert read_applied(io) == commit
     clear_cache()
     write_applied(io, first[0][0])
-    bg = BackgroundApplier(leader_inline_s=0.0, chunk_s=600.0, start=False)
-    previous = use_background_apply(bg)
     try:
-        bg.schedule(root, "t", OPTS)
-        _drain(bg)
-        assert read_applied(io) == commit
-        with open_replica(root, io, "t", OPTS, mutate=False) as h:
-            got = h.open_tablet(root, "t", commit).scan_table().to_pylist()
-        assert sorted(got, key=lambda r: r["id"]) == _rows(transport.roots["ts-a"])
-        with replica_storage(root, "t", OPTS) as st:
-            assert st.initial_state()[1].voters == frozenset({"ts-a", "ts-b"})
+        with _installed(leader_inline_s=0.0, chunk_s=600.0, start=False) as bg:
+            bg.schedule(root, "t", OPTS)
+            _drain(bg)
+            assert read_applied(io) == commit
+            with open_replica(root, io, "t", OPTS, mutate=False) as h:
+                got = h.open_tablet(root, "t", commit).scan_table().to_pylist()
+            assert sorted(got, key=lambda r: r["id"]) == _rows(transport.roots["ts-a"])
+            with replica_storage(root, "t", OPTS) as st:
+                assert st.initial_state()[1].voters == frozenset({"ts-a", "ts-b"})
     finally:
-        bg.stop()
-        use_background_apply(previous)
         clear_cache()
 
 
