@@ -23,7 +23,10 @@ per worker, RF=3, 3 racks through the test topology's location mapping):
    reading once with every path in turn; every result is checked against Parquet's). After
    ingest also the **Python floor**: the same rows made by Arrow kernels in Python tasks and
    handed to Spark through ``mapInArrow`` (``five_columns_from_python``), i.e. what Spark
-   charges any scan whose rows come from Python, with no storage at all.
+   charges any scan whose rows come from Python, with no storage at all (``read_table``'s
+   floor); and the **data source floor**: the same batches yielded by a Python data source's
+   reader (``five_columns_from_python_source``), ``format("kudu")``'s floor (Spark reads a
+   Python data source row by row, not as columnar batches).
 3. **PK lookup** p50 against a Parquet filter; **1-row and 10,000-row upserts** p50 against
    a ``deltalake`` MERGE of the same rows into a Delta table of the same size (the Parquet
    output converted in place: reference only, one process, no replication).
@@ -79,6 +82,7 @@ from pyspark_kudu.testing.benchdata import (
     delta_merge,
     five_columns,
     five_columns_from_python,
+    five_columns_from_python_source,
     keyed_schema,
     rack_mapping,
     upsert_rows,
@@ -154,11 +158,12 @@ def _parquet_write(df: DataFrame, path: Path) -> float:
 
 def _scans(spark: SparkSession, kudu: KuduContext, table: str, parquet: Path, repeats: int,
            mem: MemorySampler, tag: str, floor: DataFrame | None = None,
-           warm_up: bool = False) -> dict[str, Any]:
+           source_floor: DataFrame | None = None, warm_up: bool = False) -> dict[str, Any]:
     """Median of ``repeats`` rounds, each reading with every path in turn (Parquet first),
     so that background work on the machine (replicas still applying a large write) weighs
-    on the baseline as on the store. ``floor``: the same rows made by Python
-    (:func:`five_columns_from_python`), timed in the same rounds. ``warm_up``: first one
+    on the baseline as on the store. ``floor``, ``source_floor``: the same rows made by
+    Python (:func:`five_columns_from_python`, :func:`five_columns_from_python_source`),
+    timed in the same rounds. ``warm_up``: first one
     untimed read with every path (the executors' JVMs compile each path's code on its first
     read: a first Parquet scan of 10M rows took 5.5-6.0 s, the next ones about 2 s)."""
     loads: dict[str, Callable[[], DataFrame]] = {
@@ -167,6 +172,8 @@ def _scans(spark: SparkSession, kudu: KuduContext, table: str, parquet: Path, re
         "read_table": lambda: kudu.read_table(table)}
     if floor is not None:
         loads["python_floor"] = lambda: floor
+    if source_floor is not None:
+        loads["source_floor"] = lambda: source_floor
     times: dict[str, list[float]] = {name: [] for name in loads}
     for load in loads.values() if warm_up else ():
         _load_aggregate(load)
@@ -298,8 +305,10 @@ def _simple_table(spark: SparkSession, kudu: KuduContext, n: int, parts: int,
     table = _ingest(kudu, df, out, parquet, mem, f"{n:,} simple", "s", "ingest",
                     lambda name: kudu.create_table(name, schema, keys=["id"], replicas=3,
                                                    partitioning=hashed))
-    out["scan_after_ingest"] = _scans(spark, kudu, table, parquet, args.repeats, mem, "ingest",
-                                      five_columns_from_python(spark, n, parts), warm_up=True)
+    out["scan_after_ingest"] = _scans(
+        spark, kudu, table, parquet, args.repeats, mem, "ingest",
+        five_columns_from_python(spark, n, parts),
+        five_columns_from_python_source(spark, n, parts), warm_up=True)
     print(f"  scans after ingest: {out['scan_after_ingest']}", flush=True)
 
     # 1% of the rows upserted with new values; Parquet gets the same final rows.
@@ -404,6 +413,8 @@ def _plot(r: dict[str, Any], path: Path) -> None:
                                       for s in r["sizes"]],
         "scan floor: rows from Python": [
             s["simple"]["scan_after_ingest"].get("python_floor_ratio") for s in r["sizes"]],
+        "scan floor: a Python data source": [
+            s["simple"]["scan_after_ingest"].get("source_floor_ratio") for s in r["sizes"]],
         "scan format, upserted": [s["simple"]["scan_after_upserts"]["format_kudu_ratio"]
                                   for s in r["sizes"]],
         "scan read_table, upserted": [s["simple"]["scan_after_upserts"]["read_table_ratio"]

@@ -12,7 +12,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
 __all__ = ["commit_id", "delta_copy", "delta_merge", "five_columns", "five_columns_from_python",
+           "five_columns_from_python_source",
            "keyed_schema", "rack_mapping", "upsert_rows"]
 
 
@@ -41,8 +42,8 @@ def five_columns_from_python(spark: SparkSession, n: int, parts: int,
                              batch_rows: int = 65536) -> DataFrame:
     """The rows of :func:`five_columns`, made in each task by Arrow's compute kernels and
     handed to Spark through ``mapInArrow`` in ``batch_rows``-row batches: the floor of any
-    scan whose rows come from Python (``format("kudu")`` and ``read_table`` alike), i.e.
-    what Spark itself charges to move rows from a Python worker into the JVM.
+    scan whose rows come from Python through ``mapInArrow`` (``read_table``), i.e. what
+    Spark itself charges to move rows from a Python worker into the JVM.
 
     (``mapInArrow`` of ``spark.range(parts)``: task ``p`` makes ids
     ``[p * n // parts, (p + 1) * n // parts)``.)"""
@@ -50,17 +51,69 @@ def five_columns_from_python(spark: SparkSession, n: int, parts: int,
     def make(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
             for p in b.column(0).to_pylist():
-                lo, hi = p * n // parts, (p + 1) * n // parts
-                for start in range(lo, hi, batch_rows):
-                    ids = pa.array(np.arange(start, min(hi, start + batch_rows),
-                                             dtype=np.int64))
-                    yield pa.record_batch([
-                        ids, pc.multiply(ids, 2), pc.cast(pc.remainder(ids, 1000), pa.float64()),
-                        pc.binary_join_element_wise("name-", pc.cast(ids, pa.string()), ""),
-                        pc.equal(pc.remainder(ids, 7), 0)], names=["id", "a", "b", "c", "d"])
+                yield from _five_column_batches(p * n // parts, (p + 1) * n // parts,
+                                                batch_rows)
 
     schema = five_columns(spark, 1, 1).schema
     return spark.range(parts, numPartitions=parts).mapInArrow(make, schema)
+
+
+def five_columns_from_python_source(spark: SparkSession, n: int, parts: int,
+                                    batch_rows: int = 65536) -> DataFrame:
+    """The same rows as :func:`five_columns_from_python`, read through a Python *data
+    source* (``spark.read.format(...)``, as ``format("kudu")`` is) whose reader yields the
+    same Arrow batches: the floor of any ``format(...)`` scan whose rows come from Python.
+    Spark reads a Python data source row by row (its scan is not columnar, unlike
+    ``mapInArrow``'s output), so this floor is below :func:`five_columns_from_python`'s."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    struct = five_columns(spark, 1, 1).schema  # captured by value, not the session
+    arrow = to_arrow_schema(struct)
+
+    class _Part(InputPartition):
+        def __init__(self, lo: int, hi: int) -> None:
+            super().__init__((lo, hi))
+            self.lo, self.hi = lo, hi
+
+    class _Reader(DataSourceReader):
+        def __init__(self, options: Mapping[str, str]) -> None:
+            self.n, self.parts = int(options["rows"]), int(options["parts"])
+            self.batch_rows = int(options["batch_rows"])
+
+        def partitions(self) -> list[InputPartition]:
+            return [_Part(p * self.n // self.parts, (p + 1) * self.n // self.parts)
+                    for p in range(self.parts)]
+
+        def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+            assert isinstance(partition, _Part)
+            for b in _five_column_batches(partition.lo, partition.hi, self.batch_rows):
+                yield pa.RecordBatch.from_arrays(b.columns, schema=arrow)  # Spark's nullability
+
+    class FiveColumnsSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "pyspark_kudu_bench_five_columns"
+
+        def schema(self) -> StructType:
+            return struct
+
+        def reader(self, schema: StructType) -> DataSourceReader:
+            return _Reader(self.options)
+
+    spark.dataSource.register(FiveColumnsSource)
+    return (spark.read.format(FiveColumnsSource.name()).option("rows", str(n))
+            .option("parts", str(parts)).option("batch_rows", str(batch_rows)).load())
+
+
+def _five_column_batches(lo: int, hi: int, batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """Rows ``lo .. hi - 1`` of :func:`five_columns` as Arrow batches of ``batch_rows``."""
+    for start in range(lo, hi, batch_rows):
+        ids = pa.array(np.arange(start, min(hi, start + batch_rows), dtype=np.int64))
+        yield pa.record_batch([
+            ids, pc.multiply(ids, 2), pc.cast(pc.remainder(ids, 1000), pa.float64()),
+            pc.binary_join_element_wise("name-", pc.cast(ids, pa.string()), ""),
+            pc.equal(pc.remainder(ids, 7), 0)], names=["id", "a", "b", "c", "d"])
 
 
 def keyed_schema(df: DataFrame, key: str = "id") -> StructType:

@@ -161,3 +161,85 @@ def test_a_values_relation_whose_analyzed_plan_is_aliased_is_read_from_its_optim
     assert _jobs(spark, lambda: got.extend(local_batches(df, 1 << 30) or [None])) == 0
     assert got and None not in got
     assert pa.Table.from_batches(got).to_pylist() == [{"id": 1, "v": "a"}, {"id": 2, "v": "b"}]
+
+
+def test_a_lineage_of_the_same_classes_in_another_shape_is_left_to_the_job(
+        spark: SparkSession) -> None:
+    """A union of two parallelized collections under the same maps: every RDD is of a class
+    the lineage has, but the shape is not ``createDataFrame(list)``'s."""
+    schema = StructType([StructField("id", LongType(), False)])
+    sc = spark.sparkContext
+    union = sc.parallelize([(1,)]).union(sc.parallelize([(2,)]))
+    df = spark.createDataFrame(union, schema)
+    assert "UnionRDD" in df._jdf.queryExecution().analyzed().rdd().toDebugString()
+    assert local_batches(df, 1 << 30) is None
+    assert sorted(r["id"] for r in df.collect()) == [1, 2]  # the job still reads it
+
+
+def test_each_pickled_function_keeps_its_own_answer(spark: SparkSession) -> None:
+    """The verdict on a ``PythonRDD``'s function is kept per pickled command: a mapped
+    lineage stays refused after a list-built one was read, and the other way round."""
+    schema = StructType([StructField("id", LongType(), False)])
+    sc = spark.sparkContext
+
+    def mapped() -> object:
+        return spark.createDataFrame(
+            sc.parallelize([(i,) for i in range(3)]).map(lambda t: (t[0] * 10,)), schema)
+
+    for _ in range(2):
+        assert local_batches(mapped(), 1 << 30) is None  # type: ignore[arg-type]
+        got = local_batches(spark.createDataFrame([(7,), (8,)], schema), 1 << 30)
+        assert got is not None and pa.Table.from_batches(got).column("id").to_pylist() == [7, 8]
+
+
+def test_a_field_looked_up_for_one_class_is_refused_by_another(spark: SparkSession) -> None:
+    """Fields are looked up once per gateway from an object of their class: an object of
+    another class gets none then, and a cached field read from one fails in Py4J (the caller
+    then takes the job), so the collection falls back to reading each partition, and a
+    write whose function field were the wrong one would take the job."""
+    from pyspark_kudu.spark.api import local_input
+
+    sc = spark.sparkContext
+    source = sc.parallelize([(i, str(i)) for i in range(5)], 2)._jrdd.rdd()
+    python_rdd = sc.parallelize([1]).map(lambda x: x)._jrdd.rdd()
+    local_input._reflection.clear()  # as in a fresh driver: nothing looked up yet
+    assert local_input._declared_field(sc, python_rdd, local_input._COLLECTION_RDD,
+                                       "data") is None
+    func = local_input._declared_field(sc, python_rdd, local_input._PYTHON_RDD, "func")
+    data = local_input._declared_field(sc, source, local_input._COLLECTION_RDD, "data")
+    assert func is not None and data is not None
+    with pytest.raises(local_input._JVM_ERRORS):
+        func.get(source)
+    want = io.BytesIO()
+    assert local_input._read_collection(source, sc._jvm, want, 1 << 30, data_field=data) >= 0
+    other = io.BytesIO()
+    assert local_input._read_collection(source, sc._jvm, other, 1 << 30, data_field=func) >= 0
+    assert other.getvalue() == want.getvalue() and want.getvalue()
+
+
+def test_a_list_built_dataframe_costs_a_bounded_number_of_py4j_calls(
+        spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Py4J calls from many writer threads queue for the driver JVM (~45 ms for a 1-row
+    write under 16 writers when it made 43), so reading a small list-built DataFrame
+    makes a fixed, small number of them, whatever its lineage's length."""
+    import py4j.clientserver
+
+    schema = StructType([StructField("id", LongType(), False), StructField("v", StringType())])
+    frames = [spark.createDataFrame([(i, f"v{i}")], schema) for i in range(4)]
+    frames[0].schema  # noqa: B018 (PySpark caches a DataFrame's schema on first use)
+    assert local_batches(frames[0], 1 << 20) is not None  # fields and answers looked up
+    calls = 0
+    send = py4j.clientserver.ClientServerConnection.send_command
+
+    def counted(self: object, command: str) -> str:
+        nonlocal calls
+        calls += 1
+        return send(self, command)  # type: ignore[arg-type]
+
+    for df in frames[1:]:
+        df.schema  # noqa: B018
+        monkeypatch.setattr(py4j.clientserver.ClientServerConnection, "send_command", counted)
+        got = local_batches(df, 1 << 20)
+        monkeypatch.setattr(py4j.clientserver.ClientServerConnection, "send_command", send)
+        assert got is not None and pa.Table.from_batches(got).num_rows == 1
+    assert calls / 3 <= 16, f"{calls / 3:.1f} Py4J calls per 1-row DataFrame"

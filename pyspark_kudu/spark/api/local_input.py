@@ -32,7 +32,11 @@ The batches have the Arrow types Spark's own ``mapInArrow`` would hand a staging
 (:func:`pyspark.sql.pandas.types.to_arrow_schema`, timestamps in UTC), so encoding validates
 them exactly as on the staged path.
 
-Thread-safety: stateless.
+What it looks up by reflection (the private fields it reads, a ``ClassTag``) is looked up
+once per driver JVM, and the verdict on each pickled function is kept: a 1-row write makes
+15 Py4J calls here instead of 43 (they queue for the driver JVM when many threads write).
+
+Thread-safety: thread-safe (those caches are shared under a lock).
 """
 
 from __future__ import annotations
@@ -42,11 +46,16 @@ import decimal
 import io
 import logging
 import pickle
+import re
 import struct
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
 from py4j.protocol import Py4JError
+from pyspark import SparkContext
+from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
@@ -80,7 +89,16 @@ _PYTHON_RDD = "org.apache.spark.api.python.PythonRDD"
 _COLLECTION_RDD = "org.apache.spark.rdd.ParallelCollectionRDD"
 _MAP_FUNC = "RDD.map.<locals>.func"
 _IDENTITY = "RDD._reserialize.<locals>.<lambda>"
+# ``createDataFrame(list)``'s lineage in ``RDD.toDebugString``, top down (class simple names).
+_LINEAGE = ("MapPartitionsRDD",) * _JVM_MAPS + ("PythonRDD", "ParallelCollectionRDD")
+# One line of it: ``(partitions) `` on the first, `` |  `` (a narrow dependency, one level
+# down) on the others, an optional RDD name, then ``Class[id] at``.
+_DEBUG_LINE = re.compile(r"^(?:\(\d+\) | \|  )(?:.*? )?(\w+)\[\d+\] at ")
+_NARROW = " |  "
 _FRAME = struct.Struct("!i")  # PySpark's framing: a big-endian int32 length, then the bytes
+# What a Py4J call into the driver JVM may raise: PySpark turns some Java exceptions
+# (``IllegalArgumentException``: a field read from an object of another class) into its own.
+_JVM_ERRORS = (Py4JError, PySparkException)
 # Collections of at most this many pickled records are fetched through Py4J, not a socket.
 _DIRECT_RECORDS = 4
 # The Python types of Spark's internal form of a value, per column type (the table's types),
@@ -108,7 +126,7 @@ def local_batches(df: DataFrame, max_plan_bytes: int) -> list[pa.RecordBatch] | 
         if int(str(plan.stats().sizeInBytes())) > max_plan_bytes:  # a BigInt
             return None
         rows = df.collect()  # LocalTableScanExec.executeCollect: no job
-    except Py4JError:  # a plan this code does not know how to inspect: take the job
+    except _JVM_ERRORS:  # a plan this code does not know how to inspect: take the job
         _log.debug("could not inspect the plan of a DataFrame to write", exc_info=True)
         return None
     if not rows:
@@ -130,10 +148,10 @@ def _driver_side_plan(df: DataFrame) -> tuple[Any, str]:
     optimizer in the driver JVM (~3 ms here, more under concurrent writers)."""
     qe = df._jdf.queryExecution()
     plan = qe.analyzed()
-    kind = plan.getClass().getSimpleName()
+    kind = plan.nodeName()  # the class's simple name (for logical plans)
     if kind not in _DRIVER_SIDE:
         plan = qe.optimizedPlan()
-        kind = plan.getClass().getSimpleName()
+        kind = plan.nodeName()
     return plan, kind
 
 
@@ -142,25 +160,20 @@ def _parallelized_batches(df: DataFrame, plan: Any, max_bytes: int, schema: pa.S
     """The rows of a ``createDataFrame(list)`` plan read from the driver JVM, or ``None`` if
     ``plan`` is not exactly that lineage, holds more than ``max_bytes`` pickled bytes or
     values its schema's verification would have refused."""
-    rdd = plan.rdd()
-    for _ in range(_JVM_MAPS):
-        deps = rdd.dependencies()
-        if rdd.getClass().getSimpleName() != "MapPartitionsRDD" or deps.size() != 1:
-            return None
-        rdd = deps.head().rdd()
-    deps = rdd.dependencies()
-    if rdd.getClass().getName() != _PYTHON_RDD or deps.size() != 1:
+    sc = df.sparkSession.sparkContext
+    found = _lineage(sc, plan.rdd())
+    if found is None:
         return None
-    source = deps.head().rdd()
-    if source.getClass().getName() != _COLLECTION_RDD:
-        return None
-    deserializer = _identity_map_input(rdd)
+    python_rdd, source = found
+    deserializer = _identity_map_input(python_rdd, _declared_field(sc, python_rdd, _PYTHON_RDD,
+                                                                   "func"))
     if deserializer is None:
         return None
     framed = io.BytesIO()
-    jvm = df.sparkSession.sparkContext._jvm
+    jvm = sc._jvm
     assert jvm is not None
-    if _read_collection(source, jvm, framed, max_bytes) < 0:
+    data = _declared_field(sc, source, _COLLECTION_RDD, "data")
+    if _read_collection(source, jvm, framed, max_bytes, data_field=data) < 0:
         return None
     framed.seek(0)
     # Spark's internal form of each row (``StructType.toInternal``): a tuple per row with
@@ -193,8 +206,83 @@ def _parallelized_batches(df: DataFrame, plan: Any, max_bytes: int, schema: pa.S
     return batches
 
 
+def _lineage(sc: SparkContext, rdd: Any) -> tuple[Any, Any] | None:
+    """The ``PythonRDD`` and the ``ParallelCollectionRDD`` under ``rdd`` if its lineage is
+    exactly ``createDataFrame(list)``'s (see ``_LINEAGE``), else ``None``.
+
+    In 5 Py4J calls, whatever the lineage: the lineage's text (``toDebugString``: one line
+    per RDD, the class's simple name before ``[id]``; a second parent adds a line, a shuffle
+    a ``+-`` line) tells its shape, then each RDD's first parent is one call
+    (``firstParent``, with a ``ClassTag`` kept per gateway). Asking each RDD for its class
+    and its dependencies took 27 calls a write, ~45 ms each under 16 concurrent writers on
+    the 6-worker cluster: Py4J calls from many threads queue for the driver JVM."""
+    lines = str(rdd.toDebugString()).splitlines()
+    names = []
+    for k, line in enumerate(lines):
+        m = _DEBUG_LINE.match(line)
+        if m is None or (k > 0) != line.startswith(_NARROW):
+            return None
+        names.append(m.group(1))
+    if tuple(names) != _LINEAGE:
+        return None
+    jvm = sc._jvm
+    assert jvm is not None
+    tag = _reflected(sc, "ClassTag.Any", lambda: jvm.scala.reflect.ClassTag.Any())
+    for _ in range(_JVM_MAPS):
+        rdd = rdd.firstParent(tag)
+    python_rdd = rdd
+    return python_rdd, python_rdd.firstParent(tag)
+
+
+# Per Py4J gateway (a driver JVM): JVM objects looked up once (a ``ClassTag``, accessible
+# ``Field``\ s), or ``_ABSENT`` for a field this Spark's class does not have.
+_reflection: dict[int, tuple[Any, dict[str, Any]]] = {}
+_reflection_lock = threading.Lock()
+_ABSENT = object()
+
+
+def _reflected(sc: SparkContext, key: str, make: Callable[[], Any]) -> Any:
+    gateway = sc._gateway
+    with _reflection_lock:
+        entry = _reflection.get(id(gateway))
+        if entry is None or entry[0] is not gateway:
+            entry = _reflection[id(gateway)] = (gateway, {})
+        cache = entry[1]
+        if key not in cache:
+            cache[key] = make()
+        return cache[key]
+
+
+def _declared_field(sc: SparkContext, obj: Any, class_name: str, name: str) -> Any | None:
+    """Field ``name`` of class ``class_name``, made accessible, looked up from ``obj`` once
+    per gateway (3 Py4J calls saved per use); ``None`` if the class has no such field, or if
+    ``obj``'s class is another when it is looked up. Once cached, the field is returned for
+    any ``obj``: reading it from an object of another class raises (``_JVM_ERRORS``)."""
+    key = f"{class_name}.{name}"
+    with _reflection_lock:
+        entry = _reflection.get(id(sc._gateway))
+        found = entry[1].get(key) if entry is not None and entry[0] is sc._gateway else None
+    if found is None:
+        cls = obj.getClass()
+        if cls.getName() != class_name:
+            return None
+
+        def look_up() -> Any:
+            try:
+                field = cls.getDeclaredField(name)
+            except _JVM_ERRORS:  # another Spark's field layout
+                _log.debug("no field %s in %s", name, class_name, exc_info=True)
+                return _ABSENT
+            field.setAccessible(True)
+            return field
+
+        found = _reflected(sc, key, look_up)
+    return None if found is _ABSENT else found
+
+
 def _read_collection(source: Any, jvm: Any, out: io.BytesIO, budget: int,
-                     direct_max: int = _DIRECT_RECORDS) -> int:
+                     direct_max: int = _DIRECT_RECORDS, *, data_field: Any | None = None
+                     ) -> int:
     """Copy every pickled record of a ``ParallelCollectionRDD``, in partition order and
     framed as PySpark frames them, to ``out`` while they fit ``budget`` bytes; returns the
     budget left (negative: they did not fit, reading stopped).
@@ -203,12 +291,14 @@ def _read_collection(source: Any, jvm: Any, out: io.BytesIO, budget: int,
     reflection): at most ``direct_max`` of them one Py4J call each (a 1-row DataFrame's one
     record, ~0.1 ms), more over one local socket, as PySpark's own ``collect()`` streams
     results (~2 ms to set up, then fast: fetching records through Py4J converts them byte by
-    byte, ~1 us per byte). Where the field is not there, a socket per partition."""
+    byte, ~1 us per byte). Where the field is not there, a socket per partition.
+    ``data_field``: that field, already looked up and accessible (:func:`_declared_field`)."""
     try:
-        field = source.getClass().getDeclaredField("data")
-        field.setAccessible(True)
-        data = field.get(source)
-    except Py4JError:  # another Spark's field layout
+        if data_field is None:
+            data_field = source.getClass().getDeclaredField("data")
+            data_field.setAccessible(True)
+        data = data_field.get(source)
+    except _JVM_ERRORS:  # another Spark's field layout, or a field of another class
         _log.debug("no data field in %s", source.getClass().getName(), exc_info=True)
         iterators = [part.iterator() for part in source.partitions()]
     else:
@@ -253,24 +343,38 @@ def _read_frames(sock_info: Any, out: io.BytesIO, budget: int) -> int:
         sock.close()
 
 
-def _identity_map_input(python_rdd: Any) -> Any | None:
+def _identity_map_input(python_rdd: Any, func_field: Any | None) -> Any | None:
     """The deserializer of ``python_rdd``'s input if its function is PySpark's identity
     re-serializing map, else ``None``. The function is a private field of the JVM object
-    (read by reflection) holding the command PySpark pickled in this driver."""
-    field = python_rdd.getClass().getDeclaredField("func")
-    field.setAccessible(True)
-    command = bytes(field.get(python_rdd).command().unsafeArray())
+    (``func_field``, read by reflection) holding the command PySpark pickled in this
+    driver; the answer for each distinct command is kept (every ``createDataFrame(list)``
+    pickles the same one)."""
+    if func_field is None:
+        return None
+    command = bytes(func_field.get(python_rdd).command().unsafeArray())
+    with _reflection_lock:
+        if command in _commands:
+            return _commands[command]
     try:
         func, _profiler, deserializer, _serializer = pickle.loads(command)
     except (ValueError, TypeError):  # a broadcast command (only for large functions)
         return None
     code = getattr(func, "__code__", None)
     cells = [c.cell_contents for c in getattr(func, "__closure__", None) or ()]
-    if getattr(code, "co_qualname", None) != _MAP_FUNC or len(cells) != 1:
-        return None
-    if getattr(getattr(cells[0], "__code__", None), "co_qualname", None) != _IDENTITY:
-        return None
+    if (getattr(code, "co_qualname", None) != _MAP_FUNC or len(cells) != 1
+            or getattr(getattr(cells[0], "__code__", None), "co_qualname", None) != _IDENTITY):
+        deserializer = None
+    with _reflection_lock:
+        if len(_commands) >= _COMMANDS_KEPT:
+            _commands.clear()
+        _commands[command] = deserializer
     return deserializer
+
+
+# Pickled ``PythonRDD`` commands seen -> the deserializer of an identity map's input, or
+# None (another function); at most ``_COMMANDS_KEPT`` (a user's mapped RDDs add entries).
+_commands: dict[bytes, Any] = {}
+_COMMANDS_KEPT = 16
 
 
 def _arrow_value(v: Any, t: pa.DataType) -> Any:
