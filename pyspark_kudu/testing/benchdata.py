@@ -64,7 +64,8 @@ def five_columns_from_python_source(spark: SparkSession, n: int, parts: int,
     source* (``spark.read.format(...)``, as ``format("kudu")`` is) whose reader yields the
     same Arrow batches: the floor of any ``format(...)`` scan whose rows come from Python.
     Spark reads a Python data source row by row (its scan is not columnar, unlike
-    ``mapInArrow``'s output), so this floor is below :func:`five_columns_from_python`'s."""
+    ``mapInArrow``'s output), so this floor takes longer than
+    :func:`five_columns_from_python`'s."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
     from pyspark.sql.pandas.types import to_arrow_schema
 
