@@ -217,15 +217,70 @@ def test_a_field_looked_up_for_one_class_is_refused_by_another(spark: SparkSessi
     assert other.getvalue() == want.getvalue() and want.getvalue()
 
 
-def test_a_list_built_dataframe_costs_a_bounded_number_of_py4j_calls(
+def test_an_arrow_built_dataframe_is_converted_by_spark_without_collecting_it(
         spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``LocalRelation``'s rows go through Spark's own Arrow conversion in the driver JVM
+    (no ``collect()``: it would run a SQL execution per write), with every type and null
+    exactly as Spark converts them."""
+    source = spark.createDataFrame(_rows(500), ALL).toArrow()  # a job, only to build it
+    df = spark.createDataFrame(source)
+    assert df._jdf.queryExecution().analyzed().nodeName() == "LocalRelation"
+    want = df.toArrow()
+
+    def no_collect(self: object) -> None:
+        raise AssertionError("collect() was called")
+
+    monkeypatch.setattr(type(df), "collect", no_collect)
+    got: list[pa.RecordBatch] | None = []
+    assert _jobs(spark, lambda: got.extend(local_batches(df, 1 << 30) or [None])) == 0
+    assert got and None not in got
+    assert pa.Table.from_batches(got).equals(want)
+
+
+def test_without_the_converter_an_arrow_built_dataframe_is_collected(
+        spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another Spark's converter (missing, or giving other Arrow types) is not used: the
+    rows are collected instead, with the same result."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from pyspark_kudu.spark.api import local_input
+
+    df = spark.createDataFrame(spark.createDataFrame(_rows(50), ALL).toArrow())
+    want = local_batches(df, 1 << 30)
+    assert want is not None
+    sc = spark.sparkContext
+    plan = df._jdf.queryExecution().analyzed()
+    other = to_arrow_schema(df.schema, timezone="America/New_York")
+    assert local_input._relation_batches(sc, plan, other) is None  # other timestamp types
+    assert local_input._module(sc, "org.example.NoSuchObject$") is local_input._ABSENT
+    monkeypatch.setitem(local_input._reflection[id(sc._gateway)][1],
+                        local_input._ARROW_CONVERTERS, local_input._ABSENT)
+    collected = 0
+    collect = type(df).collect
+
+    def counted(self: object) -> object:
+        nonlocal collected
+        collected += 1
+        return collect(self)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(type(df), "collect", counted)
+    got = local_batches(df, 1 << 30)
+    assert collected == 1 and got is not None
+    assert pa.Table.from_batches(got).equals(pa.Table.from_batches(want))
+
+
+@pytest.mark.parametrize("build", ["list", "arrow"])
+def test_a_small_dataframe_costs_a_bounded_number_of_py4j_calls(
+        spark: SparkSession, monkeypatch: pytest.MonkeyPatch, build: str) -> None:
     """Py4J calls from many writer threads queue for the driver JVM (~45 ms for a 1-row
-    write under 16 writers when it made 43), so reading a small list-built DataFrame
-    makes a fixed, small number of them, whatever its lineage's length."""
+    write under 16 writers when it made 43), so reading a small list-built or Arrow-built
+    DataFrame makes a fixed, small number of them, whatever its lineage's length."""
     import py4j.clientserver
 
     schema = StructType([StructField("id", LongType(), False), StructField("v", StringType())])
-    frames = [spark.createDataFrame([(i, f"v{i}")], schema) for i in range(4)]
+    frames = [spark.createDataFrame([(i, f"v{i}")], schema) if build == "list" else
+              spark.createDataFrame(pa.table({"id": pa.array([i], pa.int64()),
+                                              "v": [f"v{i}"]})) for i in range(4)]
     frames[0].schema  # noqa: B018 (PySpark caches a DataFrame's schema on first use)
     assert local_batches(frames[0], 1 << 20) is not None  # fields and answers looked up
     calls = 0
