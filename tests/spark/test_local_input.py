@@ -253,8 +253,8 @@ def test_without_the_converter_an_arrow_built_dataframe_is_collected(
     other = to_arrow_schema(df.schema, timezone="America/New_York")
     assert local_input._relation_batches(sc, plan, other) is None  # other timestamp types
     assert local_input._module(sc, "org.example.NoSuchObject$") is local_input._ABSENT
-    monkeypatch.setitem(local_input._reflection[id(sc._gateway)][1],
-                        local_input._ARROW_CONVERTERS, local_input._ABSENT)
+    monkeypatch.setitem(local_input._cache(sc), local_input._ARROW_CONVERTERS,
+                        local_input._ABSENT)
     collected = 0
     collect = type(df).collect
 

@@ -306,13 +306,19 @@ _reflection_lock = threading.Lock()
 _ABSENT = object()
 
 
-def _reflected(sc: SparkContext, key: str, make: Callable[[], Any]) -> Any:
+def _cache(sc: SparkContext) -> dict[str, Any]:
+    """This gateway's entry of ``_reflection`` (call with ``_reflection_lock`` held)."""
     gateway = sc._gateway
+    entry = _reflection.get(id(gateway))
+    if entry is None or entry[0] is not gateway:  # a new gateway that reused an id
+        entry = _reflection[id(gateway)] = (gateway, {})
+    return entry[1]
+
+
+def _reflected(sc: SparkContext, key: str, make: Callable[[], Any]) -> Any:
+    """``key``'s object for this gateway, made by ``make`` the first time."""
     with _reflection_lock:
-        entry = _reflection.get(id(gateway))
-        if entry is None or entry[0] is not gateway:
-            entry = _reflection[id(gateway)] = (gateway, {})
-        cache = entry[1]
+        cache = _cache(sc)
         if key not in cache:
             cache[key] = make()
         return cache[key]
@@ -325,8 +331,7 @@ def _declared_field(sc: SparkContext, obj: Any, class_name: str, name: str) -> A
     any ``obj``: reading it from an object of another class raises (``_JVM_ERRORS``)."""
     key = f"{class_name}.{name}"
     with _reflection_lock:
-        entry = _reflection.get(id(sc._gateway))
-        found = entry[1].get(key) if entry is not None and entry[0] is sc._gateway else None
+        found = _cache(sc).get(key)
     if found is None:
         cls = obj.getClass()
         if cls.getName() != class_name:
