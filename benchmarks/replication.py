@@ -239,7 +239,16 @@ def _throughput(w: _Writes, n: int, writers: int, per: int, local: bool = False)
 def _concurrency(w: _Writes, n: int, per: int, repeats: int) -> dict[str, Any]:
     """Writes/s of one writer (``4 * per`` writes) and of 16 (``per`` each), list-built and
     Arrow-built DataFrames, ``repeats`` times in alternating order: a phase lasts a few
-    seconds, so one slow write moves its rate; the medians are reported."""
+    seconds, so one slow write moves its rate; the medians are reported.
+
+    First one untimed 16-writer phase of each kind (its rates are reported as
+    ``warmup_writes_per_s``): the latency phases before have run one writer's path many
+    times, but nothing has yet run rounds of 16 writes over all 6 hosts, and the young
+    JVMs were still compiling that path during the first timed 16-writer phase (43 writes/s
+    in both runs at 2b2b7c8, against 48-63 in the later ones; the executors' JIT compiler
+    threads took 0.3-0.9 of the 2 cores during such phases, probe ``cpu16.py``)."""
+    warmup = {f"{'local_' if local else ''}16": _throughput(w, n, 16, per, local)
+              for local in (False, True)}
     rates: dict[str, list[float]] = {k: [] for k in ("1", "16", "local_1", "local_16")}
     for rep in range(repeats):
         for local in (False, True):
@@ -252,7 +261,7 @@ def _concurrency(w: _Writes, n: int, per: int, repeats: int) -> dict[str, Any]:
             "ratio_16_vs_1": med["16"] / med["1"],
             "local_writes_per_s_1": med["local_1"], "local_writes_per_s_16": med["local_16"],
             "local_ratio_16_vs_1": med["local_16"] / med["local_1"],
-            "runs_writes_per_s": rates}
+            "runs_writes_per_s": rates, "warmup_writes_per_s": warmup}
 
 
 def _bare_proposal(kudu: KuduContext, writes: int) -> float:
