@@ -4,13 +4,17 @@ carry it to the master, and ``cluster ksck`` prints it (local mode, issue 20 poi
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Mapping
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from pyspark_kudu.partitioning import HashDimension, PartitionSchema
 from pyspark_kudu.spark.api.context import KuduContext
+from pyspark_kudu.spark.replication import latency
 from pyspark_kudu.tools.cli_cluster import ksck_report
 from pyspark_kudu.tools.connect import RemoteSource
 from tests.waiting import wait_until
@@ -48,3 +52,34 @@ def test_rounds_estimate_the_round_trip_to_their_host_and_ksck_prints_it(
         data = json.loads(ksck_report(state, "json")[1])
         assert {r["UUID"] for r in data["round_trips"]} == {s.uuid for s in kudu.servers}
         assert data["slow_tablets"] == [] and data["location_round_trips"] == []
+
+
+def test_task_delays_read_as_one_json_text_equal_the_task_by_task_walk(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A round's task timings come back as one JSON text (Spark's Jackson with its Scala
+    module) instead of ~8 Py4J calls per task; they must be the same timings."""
+    sc = spark.sparkContext
+    group = "test-task-delays-json"
+
+    def job() -> None:  # its own thread: the job group is a thread's local property
+        sc.setJobGroup(group, "four tasks to read the timings of")
+        sc.parallelize(range(4), 4).map(lambda x: x).collect()
+
+    runner = threading.Thread(target=job)
+    runner.start()
+    runner.join()
+    assert latency._task_mapper(sc) is not None  # this Spark has the mapper: JSON is read
+    as_json = latency.spark_task_delays(sc)
+    got: list[Mapping[int, float] | None] = [None]
+
+    def recorded() -> bool:
+        got[0] = as_json(group)
+        return got[0] is not None
+
+    wait_until(recorded, 30, "the status store recording the finished job")
+    monkeypatch.setattr(latency, "_task_mapper", lambda sc: None)
+    walked = latency.spark_task_delays(sc)(group)
+    assert got[0] == walked
+    assert got[0] is not None and set(got[0]) == {0, 1, 2, 3}
+    assert all(0.0 <= d < 60.0 for d in got[0].values())
