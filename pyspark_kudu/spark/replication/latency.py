@@ -57,8 +57,9 @@ DEFAULT_WINDOW = 32
 #: Rounds waiting for Spark's task timings at most (the oldest are dropped beyond).
 MAX_PENDING = 256
 #: Rounds read per :meth:`RoundTrips.estimates` (the newest; older unread ones are dropped).
-#: Each read is ~20 Py4J calls into the status store; with 16 writers the driver ran a dozen
-#: rounds a second, and reading them all competed with the writers for the GIL and the JVM.
+#: Each read is ~10 Py4J calls into the status store (~80 commands before the tasks came as
+#: one JSON text); with 16 writers the driver ran a dozen rounds a second, and reading them
+#: all competed with the writers for the GIL and the JVM.
 #: A few rounds per heartbeat keep the estimates (a minimum over a window) fresh.
 MAX_HARVEST = 4
 #: Seconds a round waits for its task timings to reach the status store before it is dropped.
