@@ -228,9 +228,14 @@ def test_unsafe_recovery_from_the_last_survivor_then_healing_restores_rf3(
     rows = [(i, f"r{i}") for i in range(120)]
     kudu.upsert_rows(spark.createDataFrame(rows, STRUCT), "r")
     kudu.upsert_rows(spark.createDataFrame([(0, "r0")], STRUCT), "r")  # commits the first
+    settled = kudu._service.settle_rounds
     tablet = kudu.master.get_table("r").tablets[0]
     with pytest.raises(IllegalStateError, match="majority"):
         kudu.recover_tablet("r", tablet.tablet_id)
+    # The commit-only round that follows the last write by ``settle_delay_s`` writes the
+    # followers' applied index: deleting their directories meanwhile races with it.
+    wait_until(lambda: kudu._service.settle_rounds > settled, 60,
+               "the settle round after the last write")
     # Two of its three replicas lose their disks.
     roots = {s.uuid: s.root for s in kudu.servers}
     lost = [v for v in tablet.voters if v != tablet.leader]

@@ -29,6 +29,7 @@ from pyspark.sql.types import (
 )
 
 from pyspark_kudu.spark.api.local_input import local_batches
+from pyspark_kudu.spark.jvm import scala_object
 
 ALL = StructType([
     StructField("id", LongType(), False), StructField("i", IntegerType()),
@@ -202,7 +203,9 @@ def test_a_field_looked_up_for_one_class_is_refused_by_another(spark: SparkSessi
     sc = spark.sparkContext
     source = sc.parallelize([(i, str(i)) for i in range(5)], 2)._jrdd.rdd()
     python_rdd = sc.parallelize([1]).map(lambda x: x)._jrdd.rdd()
-    local_input._reflection.clear()  # as in a fresh driver: nothing looked up yet
+    from pyspark_kudu.spark import jvm
+
+    jvm._by_gateway.clear()  # as in a fresh driver: nothing looked up yet
     assert local_input._declared_field(sc, python_rdd, local_input._COLLECTION_RDD,
                                        "data") is None
     func = local_input._declared_field(sc, python_rdd, local_input._PYTHON_RDD, "func")
@@ -252,9 +255,9 @@ def test_without_the_converter_an_arrow_built_dataframe_is_collected(
     plan = df._jdf.queryExecution().analyzed()
     other = to_arrow_schema(df.schema, timezone="America/New_York")
     assert local_input._relation_batches(sc, plan, other) is None  # other timestamp types
-    assert local_input._module(sc, "org.example.NoSuchObject$") is local_input._ABSENT
-    monkeypatch.setitem(local_input._cache(sc), local_input._ARROW_CONVERTERS,
-                        local_input._ABSENT)
+    assert scala_object(sc, "org.example.NoSuchObject$") is None
+    assert scala_object(sc, local_input._ARROW_CONVERTERS) is not None
+    monkeypatch.setattr(local_input, "scala_object", lambda sc, name: None)  # another Spark
     collected = 0
     collect = type(df).collect
 

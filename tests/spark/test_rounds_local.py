@@ -226,3 +226,37 @@ def test_a_probe_asks_the_hosts_resident_server_and_a_silent_one_does_not_answer
     finally:
         silent.close()
         srv.shutdown()
+
+
+def test_a_rounds_job_group_is_set_for_its_jobs_and_the_threads_own_properties_come_back(
+    spark: SparkSession,
+) -> None:
+    """A round's jobs run in its own cancellable group; the calling thread's group,
+    description, interrupt flag and other local properties are as before afterwards, also
+    when the round raised."""
+    sc = spark.sparkContext
+    seen: dict[str, object] = {}
+
+    def in_thread() -> None:  # its own thread: local properties are per thread
+        sc.setJobGroup("users-group", "the user's jobs")
+        sc.setLocalProperty("spark.scheduler.pool", "users-pool")
+        with spark_rounds._job_group(sc, "round-group", "a round") as group:
+            seen["inside"] = [sc.getLocalProperty(k) for k in (
+                "spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel",
+                "spark.scheduler.pool")]
+            sc.parallelize([1], 1).count()
+            seen["group"] = group
+        with pytest.raises(ZeroDivisionError), spark_rounds._job_group(sc, "g2", "fails"):
+            1 // 0  # noqa: B018
+        seen["after"] = [sc.getLocalProperty(k) for k in (
+            "spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel",
+            "spark.scheduler.pool")]
+
+    t = threading.Thread(target=in_thread)
+    t.start()
+    t.join()
+    assert seen["group"] == "round-group"
+    assert seen["inside"] == ["round-group", "a round", "true", "users-pool"]
+    assert seen["after"] == ["users-group", "the user's jobs", "false", "users-pool"]
+    assert len(sc.statusTracker().getJobIdsForGroup("round-group")) == 1
+    assert sc.statusTracker().getJobIdsForGroup("users-group") == []

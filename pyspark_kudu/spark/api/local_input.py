@@ -55,7 +55,6 @@ import pickle
 import re
 import struct
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -81,6 +80,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 from pyspark.util import _create_local_socket
+
+from pyspark_kudu.spark.jvm import gateway_cache, gateway_cached, scala_object
 
 __all__ = ["local_batches"]
 
@@ -161,8 +162,8 @@ def _relation_batches(sc: SparkContext, plan: Any, schema: pa.Schema
     batch, timestamps in UTC as ``schema`` has them); ``None`` if this Spark has no such
     converter or its batches do not have exactly ``schema`` (then ``collect()`` reads them).
     About 8 Py4J calls, no SQL execution."""
-    converters = _reflected(sc, _ARROW_CONVERTERS, lambda: _module(sc, _ARROW_CONVERTERS))
-    if converters is _ABSENT:
+    converters = scala_object(sc, _ARROW_CONVERTERS)
+    if converters is None:
         return None
     frames: list[bytes] = []
     try:
@@ -189,20 +190,6 @@ def _relation_batches(sc: SparkContext, plan: Any, schema: pa.Schema
         _log.debug("unreadable Arrow from ArrowConverters", exc_info=True)
         return None
     return out
-
-
-def _module(sc: SparkContext, class_name: str) -> Any:
-    """The instance of Scala object ``class_name`` (its ``MODULE$``), or ``_ABSENT`` if the
-    driver JVM has no such class."""
-    jvm = sc._jvm
-    assert jvm is not None
-    try:
-        cls = jvm.java.lang.Class.forName(class_name)
-        instance = cls.getField("MODULE$").get(None)
-    except _JVM_ERRORS:
-        _log.debug("no Scala object %s in this Spark", class_name, exc_info=True)
-        return _ABSENT
-    return instance if instance is not None else _ABSENT
 
 
 def _driver_side_plan(df: DataFrame) -> tuple[Any, str]:
@@ -292,36 +279,15 @@ def _lineage(sc: SparkContext, rdd: Any) -> tuple[Any, Any] | None:
         return None
     jvm = sc._jvm
     assert jvm is not None
-    tag = _reflected(sc, "ClassTag.Any", lambda: jvm.scala.reflect.ClassTag.Any())
+    tag = gateway_cache(sc, "ClassTag.Any", lambda: jvm.scala.reflect.ClassTag.Any())
     for _ in range(_JVM_MAPS):
         rdd = rdd.firstParent(tag)
     python_rdd = rdd
     return python_rdd, python_rdd.firstParent(tag)
 
 
-# Per Py4J gateway (a driver JVM): JVM objects looked up once (a ``ClassTag``, accessible
-# ``Field``\ s), or ``_ABSENT`` for a field this Spark's class does not have.
-_reflection: dict[int, tuple[Any, dict[str, Any]]] = {}
-_reflection_lock = threading.Lock()
+# For a field this Spark's class does not have (cached per gateway like the others).
 _ABSENT = object()
-
-
-def _cache(sc: SparkContext) -> dict[str, Any]:
-    """This gateway's entry of ``_reflection`` (call with ``_reflection_lock`` held)."""
-    gateway = sc._gateway
-    entry = _reflection.get(id(gateway))
-    if entry is None or entry[0] is not gateway:  # a new gateway that reused an id
-        entry = _reflection[id(gateway)] = (gateway, {})
-    return entry[1]
-
-
-def _reflected(sc: SparkContext, key: str, make: Callable[[], Any]) -> Any:
-    """``key``'s object for this gateway, made by ``make`` the first time."""
-    with _reflection_lock:
-        cache = _cache(sc)
-        if key not in cache:
-            cache[key] = make()
-        return cache[key]
 
 
 def _declared_field(sc: SparkContext, obj: Any, class_name: str, name: str) -> Any | None:
@@ -330,8 +296,7 @@ def _declared_field(sc: SparkContext, obj: Any, class_name: str, name: str) -> A
     ``obj``'s class is another when it is looked up. Once cached, the field is returned for
     any ``obj``: reading it from an object of another class raises (``_JVM_ERRORS``)."""
     key = f"{class_name}.{name}"
-    with _reflection_lock:
-        found = _cache(sc).get(key)
+    found = gateway_cached(sc, key)
     if found is None:
         cls = obj.getClass()
         if cls.getName() != class_name:
@@ -346,7 +311,7 @@ def _declared_field(sc: SparkContext, obj: Any, class_name: str, name: str) -> A
             field.setAccessible(True)
             return field
 
-        found = _reflected(sc, key, look_up)
+        found = gateway_cache(sc, key, look_up)
     return None if found is _ABSENT else found
 
 
@@ -422,7 +387,7 @@ def _identity_map_input(python_rdd: Any, func_field: Any | None) -> Any | None:
     if func_field is None:
         return None
     command = bytes(func_field.get(python_rdd).command().unsafeArray())
-    with _reflection_lock:
+    with _commands_lock:
         if command in _commands:
             return _commands[command]
     try:
@@ -434,7 +399,7 @@ def _identity_map_input(python_rdd: Any, func_field: Any | None) -> Any | None:
     if (getattr(code, "co_qualname", None) != _MAP_FUNC or len(cells) != 1
             or getattr(getattr(cells[0], "__code__", None), "co_qualname", None) != _IDENTITY):
         deserializer = None
-    with _reflection_lock:
+    with _commands_lock:
         if len(_commands) >= _COMMANDS_KEPT:
             _commands.clear()
         _commands[command] = deserializer
@@ -444,6 +409,7 @@ def _identity_map_input(python_rdd: Any, func_field: Any | None) -> Any | None:
 # Pickled ``PythonRDD`` commands seen -> the deserializer of an identity map's input, or
 # None (another function); at most ``_COMMANDS_KEPT`` (a user's mapped RDDs add entries).
 _commands: dict[bytes, Any] = {}
+_commands_lock = threading.Lock()
 _COMMANDS_KEPT = 16
 
 

@@ -39,6 +39,8 @@ from typing import Any
 
 from pyspark import SparkContext
 
+from pyspark_kudu.spark.jvm import context_cache, scala_object
+
 __all__ = [
     "DEFAULT_WINDOW",
     "MAX_HARVEST",
@@ -57,8 +59,8 @@ DEFAULT_WINDOW = 32
 #: Rounds waiting for Spark's task timings at most (the oldest are dropped beyond).
 MAX_PENDING = 256
 #: Rounds read per :meth:`RoundTrips.estimates` (the newest; older unread ones are dropped).
-#: Each read is ~10 Py4J calls into the status store (~80 commands before the tasks came as
-#: one JSON text); with 16 writers the driver ran a dozen rounds a second, and reading them
+#: Each read is 8 Py4J calls into the status store (~80 commands before they came as JSON
+#: texts); with 16 writers the driver ran a dozen rounds a second, and reading them
 #: all competed with the writers for the GIL and the JVM.
 #: A few rounds per heartbeat keep the estimates (a minimum over a window) fresh.
 MAX_HARVEST = 4
@@ -165,14 +167,19 @@ def spark_task_delays(sc: SparkContext) -> TaskDelays:
     group's last job, its result stage (the round's barrier stage: it is created after its
     parents), each successful task's delay by partition.
 
-    The stage's tasks come back as one JSON text (Spark's own Jackson, with its Scala
-    module, the way its REST API writes them): walking them through Py4J took ~8 calls per
-    task, plus one more for each Java object Python dropped (~80 commands to read a round
-    of 6 tasks: 35-46 per 1-row write of a lone writer on the 6-worker cluster). Where that
-    mapper cannot be made, the tasks are walked as before."""
+    Each step comes back as one JSON text (Spark's own Jackson, with its Scala module, the
+    way its REST API writes them): the group's job ids, the job, the stage, its tasks --
+    8 Py4J calls a read. Walking them through PySpark's status tracker and Py4J took ~8
+    calls per task and ~14 more for the job and stage, plus one for each Java object
+    Python dropped (~80 commands to read a round of 6 tasks). Where that mapper cannot be
+    made, they are walked as before."""
     mapper: list[Any] = []  # [the ObjectMapper] or [None], made on the first read
 
     def read(group: str) -> Mapping[int, float] | None:
+        if not mapper:
+            mapper.append(_task_mapper(sc))
+        if mapper[0] is not None:
+            return _read_as_json(sc, mapper[0], group)
         tracker = sc.statusTracker()
         jobs = tracker.getJobIdsForGroup(group)
         if not jobs:
@@ -187,10 +194,6 @@ def spark_task_delays(sc: SparkContext) -> TaskDelays:
             return None
         tasks = sc._jsc.sc().statusStore().taskList(stage_id, stage.currentAttemptId,
                                                     stage.numTasks)
-        if not mapper:
-            mapper.append(_task_mapper(sc))
-        if mapper[0] is not None:
-            return _delays_from_json(str(mapper[0].writeValueAsString(tasks)))
         out: dict[int, float] = {}
         it = tasks.iterator()
         while it.hasNext():
@@ -204,21 +207,45 @@ def spark_task_delays(sc: SparkContext) -> TaskDelays:
     return read
 
 
+def _read_as_json(sc: SparkContext, mapper: Any, group: str) -> Mapping[int, float] | None:
+    """:func:`spark_task_delays`' read, each object of the status store as JSON."""
+    ssc = context_cache(sc, "scala-spark-context", lambda: sc._jsc.sc())
+    tracker = context_cache(sc, "scala-status-tracker", lambda: ssc.statusTracker())
+    store = context_cache(sc, "status-store", lambda: ssc.statusStore())
+
+    def as_json(obj: Any) -> Any:
+        return json.loads(str(mapper.writeValueAsString(obj)))
+
+    jobs = as_json(tracker.getJobIdsForGroup(group))
+    if not jobs:
+        return None
+    job = as_json(store.job(max(jobs)))
+    # The store records a job's end after its tasks' ends (one listener queue, in order).
+    if job.get("status") != "SUCCEEDED" or not job.get("stageIds"):
+        return None
+    stage_id = max(job["stageIds"])
+    stage = as_json(store.lastStageAttempt(stage_id))
+    tasks = store.taskList(stage_id, stage["attemptId"], stage["numTasks"])
+    return _delays_from_json(str(mapper.writeValueAsString(tasks)))
+
+
 _SCALA_MODULE = "com.fasterxml.jackson.module.scala.DefaultScalaModule$"
 
 
 def _task_mapper(sc: SparkContext) -> Any | None:
     """A Jackson ``ObjectMapper`` with Spark's Scala module (``Option`` as its value or
     null, ``Seq`` as an array), or None if this driver JVM has none."""
+    module = scala_object(sc, _SCALA_MODULE)
+    if module is None:
+        _log.debug("no Jackson Scala module: task timings read one call at a time")
+        return None
     jvm = sc._jvm
     assert jvm is not None
     try:
-        scala = jvm.java.lang.Class.forName(_SCALA_MODULE)
         mapper = jvm.com.fasterxml.jackson.databind.ObjectMapper()
-        mapper.registerModule(scala.getField("MODULE$").get(None))
+        mapper.registerModule(module)
     except Exception:  # Py4J's or PySpark's errors: another Spark's classpath
-        _log.debug("no Jackson Scala module: task timings read one call at a time",
-                   exc_info=True)
+        _log.debug("no Jackson mapper: task timings read one call at a time", exc_info=True)
         return None
     return mapper
 
