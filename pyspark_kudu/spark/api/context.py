@@ -60,6 +60,7 @@ from pyspark_kudu.partitioning import PartitionSchema
 from pyspark_kudu.rpc.auth import SECRET_ENV, new_secret
 from pyspark_kudu.schema import Predicate, Schema
 from pyspark_kudu.spark.api import reads
+from pyspark_kudu.spark.api.group_report import GroupReport
 from pyspark_kudu.spark.api.registration import register
 from pyspark_kudu.spark.api.session_service import FILTER_PUSHDOWN_CONF
 from pyspark_kudu.spark.api.settings import (
@@ -219,6 +220,7 @@ class KuduContext(TabletServers, WritePath, ReplicaManagement):
         self._leader_tables: dict[str, str] = {}
         self._acked: dict[str, tuple[str, int, int]] = {}
         self._failed_reported: set[tuple[str, str]] = set()
+        self._commit_reports = GroupReport(self._send_commit_reports)
         self._lock = threading.Lock()
         self._refresh_lock = threading.Lock()
         self._closed = False

@@ -37,6 +37,7 @@ from pyspark_kudu.master.client import MasterClient, TableLocations
 from pyspark_kudu.master.records import TabletReport
 from pyspark_kudu.partitioning import Partitioner, PartitionSchema
 from pyspark_kudu.schema import Schema
+from pyspark_kudu.spark.api.group_report import GroupReport
 from pyspark_kudu.spark.api.local_input import local_batches
 from pyspark_kudu.spark.api.ride_through import MAY_FAIL_PER_ROW, Restager, RideThrough
 from pyspark_kudu.spark.api.source_options import OPERATIONS, check_write_columns
@@ -179,6 +180,7 @@ class WritePath(RideThrough):
     _leaders: dict[str, TabletLeader]
     _leader_tables: dict[str, str]  # tablet -> its table, for each tablet ever led here
     _failed_reported: set[tuple[str, str]]
+    _commit_reports: GroupReport[TabletLeader]  # of _send_commit_reports
     #: Per tablet, the last entry of this client's acknowledged writes: (the leader replica
     #: that committed it, its index, its term). Reads must see it (read-your-writes) even
     #: after that leader was abandoned (``KuduContext.known_commit``).
@@ -538,16 +540,27 @@ class WritePath(RideThrough):
 
     def _report_commits(self, leaders: Sequence[TabletLeader]) -> None:
         """Record each tablet's leader, term and commit index in the master (DESIGN §3: scans
-        and tools read what is committed from there). One heartbeat per leader replica's
-        tablet server carries all its tablets."""
-        by_ts: dict[str, list[dict[str, Any]]] = {}
+        and tools read what is committed from there) before the write returns. Concurrent
+        writers' reports go together (:class:`~pyspark_kudu.spark.api.group_report.GroupReport`):
+        one heartbeat per leader replica's tablet server for all of them."""
+        self._commit_reports.report(leaders)
+
+    def _send_commit_reports(self, leaders: Sequence[TabletLeader]) -> None:
+        """One heartbeat per leader replica's tablet server, carrying all its tablets (each
+        leader's term and commit index as they are now: at least what its writers saw)."""
+        newest: dict[str, tuple[int, int, TabletLeader]] = {}  # tablet -> term, commit
         for lead in leaders:
             node = lead.node
             if node is None:
                 continue
+            tid = lead.tablet.tablet_id
+            # A tablet twice (several writers; a leader replaced meanwhile): its newest view.
+            if tid not in newest or newest[tid][:2] < (node.term, node.commit_index):
+                newest[tid] = (node.term, node.commit_index, lead)
+        by_ts: dict[str, list[dict[str, Any]]] = {}
+        for tid, (term, commit, lead) in newest.items():
             by_ts.setdefault(lead.leader_id, []).append(TabletReport(
-                lead.tablet.tablet_id, node.term, leader=lead.leader_id,
-                committed_index=node.commit_index).to_dict())
+                tid, term, leader=lead.leader_id, committed_index=commit).to_dict())
         if not by_ts:
             return
         servers = {s.uuid: s for s in self.servers}
