@@ -20,8 +20,10 @@ through ``KuduContext.upsert_rows`` or ``df.write.format("kudu")`` into an RF=3 
    into a Delta table of the same rows (one process). Goal: <= 0.5x.
 4. **Concurrent writers**: 1-row upserts/s from 16 threads sharing one ``KuduContext``
    against one thread, with list-built and with Arrow-built (local) DataFrames; ``--repeats``
-   pairs of phases (one writer, then 16, the order alternating), the median rate of each.
-   Goal: >= 8x.
+   pairs of phases (one writer, then 16, the order alternating), the median rate of each,
+   and the CPU each kind of process (driver JVM and Python, executor JVMs, executor Python
+   with the tablet servers) spent per write in them, with the cores kept busy: the 6
+   "hosts" share this machine's cores. Goal: >= 8x.
 5. **Bare proposal** (kept under that name only): one ~100-byte Raft entry proposed and
    committed by a ``TabletLeader``, no DataFrame, no staging, no apply.
 
@@ -61,6 +63,7 @@ from pyspark_kudu.testing.benchdata import (
     rack_mapping,
     upsert_rows,
 )
+from pyspark_kudu.testing.host_load import process_cpu_now
 from pyspark_kudu.testing.standalone_cluster import StandaloneCluster, cluster_session
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,6 +72,7 @@ MAPPING = rack_mapping(REPO)
 TABLE = "bench"
 PAYLOAD = b"x" * 100
 LADDER = (100, 1_000, 10_000, 100_000)
+_KINDS: dict[int, str] = {}  # pid -> kind of process, for process_cpu_now
 
 
 def _p50(xs: list[float]) -> float:
@@ -208,7 +212,11 @@ def _vs_delta(w: _Writes, delta: Path, n: int, repeats: int) -> dict[str, Any]:
             "upsert_10000_local_vs_delta": _p50(local_s) / _p50(delta_s)}
 
 
-def _throughput(w: _Writes, n: int, writers: int, per: int, local: bool = False) -> float:
+def _throughput(w: _Writes, n: int, writers: int, per: int, local: bool = False
+                ) -> tuple[float, float, dict[str, float]]:
+    """Writes/s of ``writers`` threads writing ``per`` 1-row upserts each, the phase's wall
+    seconds and the CPU seconds each kind of process used in it (``/proc``, Linux: the
+    frames are built before, so the figures are the writes')."""
     make = w.local_frame if local else w.frame
     frames = [[make((t * per + i) * 104_729 % n, 1) for i in range(per)]
               for t in range(writers)]
@@ -226,14 +234,17 @@ def _throughput(w: _Writes, n: int, writers: int, per: int, local: bool = False)
     threads = [threading.Thread(target=run, args=(f,)) for f in frames]
     for t in threads:
         t.start()
+    cpu0 = process_cpu_now(_KINDS)
     barrier.wait()
     start = time.perf_counter()
     for t in threads:
         t.join()
     elapsed = time.perf_counter() - start
+    cpu1 = process_cpu_now(_KINDS)
     if errors:
         raise RuntimeError(f"{len(errors)} writers failed, first: {errors[0]}")
-    return writers * per / elapsed
+    used = {k: v - cpu0[k] for k, v in cpu1.items() if k in cpu0 and v > cpu0[k]}
+    return writers * per / elapsed, elapsed, used
 
 
 def _concurrency(w: _Writes, n: int, per: int, repeats: int) -> dict[str, Any]:
@@ -247,21 +258,38 @@ def _concurrency(w: _Writes, n: int, per: int, repeats: int) -> dict[str, Any]:
     JVMs were still compiling that path during the first timed 16-writer phase (43 writes/s
     in both runs at 2b2b7c8, against 48-63 in the later ones; the executors' JIT compiler
     threads took 0.3-0.9 of the 2 cores during such phases, probe ``cpu16.py``)."""
-    warmup = {f"{'local_' if local else ''}16": _throughput(w, n, 16, per, local)
+    warmup = {f"{'local_' if local else ''}16": _throughput(w, n, 16, per, local)[0]
               for local in (False, True)}
-    rates: dict[str, list[float]] = {k: [] for k in ("1", "16", "local_1", "local_16")}
+    keys = ("1", "16", "local_1", "local_16")
+    rates: dict[str, list[float]] = {k: [] for k in keys}
+    walls = dict.fromkeys(keys, 0.0)
+    writes = dict.fromkeys(keys, 0)
+    cpu: dict[str, dict[str, float]] = {k: {} for k in keys}
     for rep in range(repeats):
         for local in (False, True):
             prefix = "local_" if local else ""
             for writers in ((1, 16) if rep % 2 == 0 else (16, 1)):
-                rates[f"{prefix}{writers}"].append(
-                    _throughput(w, n, writers, per * 4 if writers == 1 else per, local))
+                key, count = f"{prefix}{writers}", per * 4 if writers == 1 else per
+                rate, wall, used = _throughput(w, n, writers, count, local)
+                rates[key].append(rate)
+                walls[key] += wall
+                writes[key] += writers * count
+                for kind, secs in used.items():
+                    cpu[key][kind] = cpu[key].get(kind, 0.0) + secs
     med = {k: _p50(v) for k, v in rates.items()}
     return {"writes_per_s_1": med["1"], "writes_per_s_16": med["16"],
             "ratio_16_vs_1": med["16"] / med["1"],
             "local_writes_per_s_1": med["local_1"], "local_writes_per_s_16": med["local_16"],
             "local_ratio_16_vs_1": med["local_16"] / med["local_1"],
-            "runs_writes_per_s": rates, "warmup_writes_per_s": warmup}
+            "runs_writes_per_s": rates, "warmup_writes_per_s": warmup,
+            # Where the writes' CPU went (all the cluster's "hosts" share this machine's
+            # cores): per kind of process, ms per write over the timed phases, and the
+            # cores kept busy on average (CPU seconds / wall seconds).
+            "cpu_ms_per_write": {k: {kind: round(secs * 1000 / writes[k], 2)
+                                     for kind, secs in sorted(cpu[k].items(),
+                                                              key=lambda kv: -kv[1])}
+                                 for k in keys},
+            "cores_busy": {k: round(sum(cpu[k].values()) / walls[k], 2) for k in keys}}
 
 
 def _bare_proposal(kudu: KuduContext, writes: int) -> float:
@@ -353,6 +381,10 @@ def _report(r: dict[str, Any]) -> None:
           f"writes/s -> {conc['ratio_16_vs_1']:.1f}x (goal >= 8x)")
     print(f"16 writers vs 1, local DataFrames: {conc['local_writes_per_s_16']:.2f} vs "
           f"{conc['local_writes_per_s_1']:.2f} writes/s -> {conc['local_ratio_16_vs_1']:.1f}x")
+    for key in ("1", "16"):
+        per = ", ".join(f"{k} {v:.1f}" for k, v in conc["cpu_ms_per_write"][key].items())
+        print(f"  {key:>2} writer(s): {conc['cores_busy'][key]:.2f} cores busy; CPU ms per "
+              f"write: {per}")
     print(f"bare proposal (no DataFrame) p50: {r['bare_proposal_p50_s'] * 1000:.1f} ms")
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     (RESULTS_DIR / "replication.json").write_text(json.dumps(r, indent=2) + "\n")

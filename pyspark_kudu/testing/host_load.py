@@ -17,7 +17,7 @@ from typing import Any
 
 from pyspark_kudu.testing import procfs
 
-__all__ = ["HostLoad"]
+__all__ = ["HostLoad", "process_cpu_now"]
 
 _CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 
@@ -78,6 +78,13 @@ def _process_cpu(kinds: dict[int, str], me: int) -> dict[str, float]:
         ticks = int(fields[procfs.UTIME]) + int(fields[procfs.STIME])
         out[kind] = out.get(kind, 0.0) + ticks * _TICK_S
     return out
+
+
+def process_cpu_now(kinds: dict[int, str] | None = None) -> dict[str, float]:
+    """CPU seconds used so far by each kind of live process, read once (no sampling
+    thread): two readings around a phase give what each kind used in it. ``kinds`` caches
+    the pids' kinds between readings. Empty where there is no ``/proc``."""
+    return _process_cpu({} if kinds is None else kinds, os.getpid())
 
 
 class HostLoad:

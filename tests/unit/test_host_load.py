@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pyspark_kudu.testing.host_load import HostLoad
+from pyspark_kudu.testing.host_load import HostLoad, process_cpu_now
 
 pytestmark = [pytest.mark.unit,
               pytest.mark.skipif(not sys.platform.startswith("linux"),
@@ -40,3 +40,15 @@ def test_a_window_shows_the_cpu_a_busy_thread_used_and_the_bytes_it_left_dirty(
     assert got["process_cpu_s"]["span_s"] >= t1 - t0 - 0.001
     # A window without samples on both sides says nothing rather than something wrong.
     assert load.window(t1 + 3600, t1 + 3601) == {}
+
+
+def test_two_readings_of_process_cpu_give_what_each_kind_used_between_them() -> None:
+    kinds: dict[int, str] = {}
+    before = process_cpu_now(kinds)
+    spun = time.process_time() + 0.3
+    while time.process_time() < spun:  # 0.3 CPU-s of this process, however loaded the host
+        pass
+    after = process_cpu_now(kinds)
+    me = "this driver (Python)"
+    assert after[me] - before[me] >= 0.25, (before, after)
+    assert os.getpid() in kinds  # the pids' kinds were cached for the next reading
