@@ -25,7 +25,9 @@ from typing import Any, TypeVar
 
 from pyspark import SparkContext
 
-__all__ = ["context_cache", "gateway_cache", "gateway_cached", "scala_object"]
+__all__ = [
+    "context_cache", "gateway_cache", "gateway_cached", "scala_context", "scala_object",
+]
 
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -93,3 +95,9 @@ def context_cache(sc: SparkContext, key: str, make: Callable[[], _T]) -> _T:
         if found is _MISSING:
             found = entries[key] = make()
         return found  # type: ignore[no-any-return]
+
+
+def scala_context(sc: SparkContext) -> Any:
+    """The driver JVM's Scala ``SparkContext`` behind ``sc`` (``sc._jsc.sc()``, one Py4J
+    call the first time per context)."""
+    return context_cache(sc, "scala-spark-context", lambda: sc._jsc.sc())

@@ -38,7 +38,7 @@ from pyspark.serializers import CPickleSerializer
 from pyspark.util import _load_from_socket
 
 from pyspark_kudu.errors import InvalidArgumentError
-from pyspark_kudu.spark.jvm import context_cache, gateway_cache
+from pyspark_kudu.spark.jvm import context_cache, gateway_cache, scala_context
 
 __all__ = ["barrier_collect", "executor_hosts", "parse_block_manager_ids", "pinned_rdd"]
 
@@ -104,7 +104,7 @@ def _pinned_jrdd(sc: SparkContext, names: _JvmNames,
                      names.locations(locs))
         for obj, locs in payloads
     ]
-    ssc = context_cache(sc, "scala-spark-context", lambda: sc._jsc.sc())
+    ssc = scala_context(sc)
     return ssc.makeRDD(names.seq(pairs), names.bytes_tag)
 
 
@@ -180,8 +180,9 @@ def executor_hosts(sc: SparkContext) -> dict[str, list[str]]:
     converted at its end, 25-65 ms per call on the 6-worker test cluster. Should the text
     ever not parse (every id must match), the ids are walked instead.
     """
+    ssc = scala_context(sc)
     master = context_cache(sc, "block-manager-master",
-                           lambda: sc._jsc.sc().env().blockManager().master())
+                           lambda: ssc.env().blockManager().master())
     status = master.getMemoryStatus()
     pairs = parse_block_manager_ids(str(status.toString()))
     if pairs is None:

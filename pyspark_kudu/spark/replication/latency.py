@@ -39,7 +39,7 @@ from typing import Any
 
 from pyspark import SparkContext
 
-from pyspark_kudu.spark.jvm import context_cache, scala_object
+from pyspark_kudu.spark.jvm import context_cache, scala_context, scala_object
 
 __all__ = [
     "DEFAULT_WINDOW",
@@ -209,7 +209,7 @@ def spark_task_delays(sc: SparkContext) -> TaskDelays:
 
 def _read_as_json(sc: SparkContext, mapper: Any, group: str) -> Mapping[int, float] | None:
     """:func:`spark_task_delays`' read, each object of the status store as JSON."""
-    ssc = context_cache(sc, "scala-spark-context", lambda: sc._jsc.sc())
+    ssc = scala_context(sc)
     tracker = context_cache(sc, "scala-status-tracker", lambda: ssc.statusTracker())
     store = context_cache(sc, "status-store", lambda: ssc.statusStore())
 

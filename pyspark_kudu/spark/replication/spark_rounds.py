@@ -80,7 +80,7 @@ from pyspark_kudu.spark.host.round_tasks import (
     land,
     where,
 )
-from pyspark_kudu.spark.jvm import context_cache
+from pyspark_kudu.spark.jvm import scala_context
 from pyspark_kudu.spark.pinned import barrier_collect, executor_hosts, pinned_rdd
 from pyspark_kudu.spark.replication.latency import RoundTrip, RoundTrips, spark_task_delays
 from pyspark_kudu.wal import WalOptions
@@ -134,7 +134,7 @@ def _job_group(sc: SparkContext, group: str, description: str) -> Iterator[str]:
     thread to a JVM thread, so local properties are per calling thread. Four Py4J calls
     (a copy of the thread's properties, set as one group, put back), not nine (each of
     three properties read, set and restored): every round runs in one."""
-    ssc = context_cache(sc, "scala-spark-context", lambda: sc._jsc.sc())
+    ssc = scala_context(sc)
     saved = ssc.getLocalProperties().clone()
     # Cancelling interrupts the task threads: a Python worker blocked on a lock or a
     # disk is killed rather than waited for.
